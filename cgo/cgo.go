@@ -1,0 +1,53 @@
+// Package cgo is ucx-go's one crossing into C: every call from Go into
+// libucx goes through a function of this package, and each such function is
+// one cgo call into a shim of include/ucxgo/shim.h (fill the parameters,
+// call UCX, return the status). It speaks Go types only, so that packages
+// uct and ucp stay free of cgo.
+//
+// It is a low-level layer for those packages, in the way pgconn sits under
+// pgx: it checks nothing that UCX does not, holds no state, and owns
+// nothing. Users want packages uct and ucp.
+package cgo
+
+/*
+#cgo pkg-config: ucx ucx-uct
+#cgo CFLAGS: -I${SRCDIR}/../include -O2 -Wall
+#include "ucxgo/shim.h"
+*/
+import "C"
+
+import "unsafe"
+
+// Status is a raw ucs_status_t; package ucs gives it a Go meaning.
+type Status int8
+
+// Version is a UCX release number.
+type Version struct{ Major, Minor, Patch uint }
+
+// BuiltVersion is the UCX release whose headers this binary was compiled with.
+func BuiltVersion() Version {
+	var ma, mi, pa C.unsigned
+	C.ucxgo_built_version(&ma, &mi, &pa)
+	return Version{uint(ma), uint(mi), uint(pa)}
+}
+
+// LoadedVersion is the release of the libucp loaded at run time
+// (ucp_get_version is UCX's only run-time version call).
+func LoadedVersion() Version {
+	var ma, mi, pa C.unsigned
+	C.ucxgo_loaded_version(&ma, &mi, &pa)
+	return Version{uint(ma), uint(mi), uint(pa)}
+}
+
+// StatusString is UCX's own text for s.
+func StatusString(s Status) string {
+	return C.GoString(C.ucs_status_string(C.ucs_status_t(s)))
+}
+
+// bytesPtr is the address of b's first byte, or nil when b is empty.
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(b))
+}

@@ -1,0 +1,352 @@
+/* C side of the UCT shims declared in include/ucxgo/shim.h. */
+#include "ucxgo/shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ucxgo_built_version(unsigned *major, unsigned *minor, unsigned *patch)
+{
+    *major = UCT_VERNO_MAJOR;
+    *minor = UCT_VERNO_MINOR;
+    *patch = UCT_VERNO_PATCH;
+}
+
+void ucxgo_loaded_version(unsigned *major, unsigned *minor, unsigned *patch)
+{
+    ucp_get_version(major, minor, patch);
+}
+
+ucs_status_t ucxgo_components(uct_component_h **list, unsigned *count)
+{
+    return uct_query_components(list, count);
+}
+
+ucs_status_t ucxgo_component_query(uct_component_h component,
+                                   ucxgo_component_info_t *info)
+{
+    uct_component_attr_t attr;
+    ucs_status_t status;
+    unsigned i, n;
+
+    memset(info, 0, sizeof(*info));
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+                      UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT |
+                      UCT_COMPONENT_ATTR_FIELD_FLAGS;
+    status = uct_component_query(component, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+    memcpy(info->name, attr.name, UCT_COMPONENT_NAME_MAX);
+    info->flags    = attr.flags;
+    info->md_count = attr.md_resource_count;
+    if (attr.md_resource_count == 0) {
+        return UCS_OK;
+    }
+
+    attr.md_resources = calloc(attr.md_resource_count, sizeof(*attr.md_resources));
+    if (attr.md_resources == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    status = uct_component_query(component, &attr);
+    if (status == UCS_OK) {
+        n = attr.md_resource_count;
+        if (n > UCXGO_MAX_MDS_PER_COMPONENT) {
+            n = UCXGO_MAX_MDS_PER_COMPONENT;
+        }
+        for (i = 0; i < n; ++i) {
+            memcpy(info->md_names[i], attr.md_resources[i].md_name, UCT_MD_NAME_MAX);
+        }
+    }
+    free(attr.md_resources);
+    return status;
+}
+
+ucs_status_t ucxgo_md_open(uct_component_h component, const char *md_name,
+                           const char *kv, unsigned kv_count, uct_md_h *md_p,
+                           unsigned *failed_kv)
+{
+    uct_md_config_t *config;
+    ucs_status_t status;
+    const char *key, *value;
+    unsigned i;
+
+    status = uct_md_config_read(component, NULL, NULL, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* kv holds kv_count pairs of NUL-terminated strings, back to back. */
+    for (i = 0, key = kv; i < kv_count; ++i) {
+        value  = key + strlen(key) + 1;
+        status = uct_config_modify(config, key, value);
+        if (status != UCS_OK) {
+            *failed_kv = i;
+            goto out;
+        }
+        key = value + strlen(value) + 1;
+    }
+    status = uct_md_open(component, md_name, config, md_p);
+out:
+    uct_config_release(config);
+    return status;
+}
+
+static void ucxgo_copy_cpus(uint64_t *dst, const ucs_cpu_set_t *src)
+{
+    size_t i;
+    for (i = 0; i < 16; ++i) {
+        dst[i] = src->ucs_bits[i];
+    }
+}
+
+ucs_status_t ucxgo_md_query(uct_md_h md, ucxgo_md_attr_t *out)
+{
+    ucxgo_uct_md_attr_v2_t attr;
+    ucs_status_t status;
+
+    memset(&attr, 0, sizeof(attr));
+    memset(out, 0, sizeof(*out));
+    attr.field_mask = UCXGO_MD_ATTR_ALL;
+    status = uct_md_query_v2(md, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+    out->max_alloc              = attr.max_alloc;
+    out->max_reg                = attr.max_reg;
+    out->flags                  = attr.flags;
+    out->reg_mem_types          = attr.reg_mem_types;
+    out->reg_nonblock_mem_types = attr.reg_nonblock_mem_types;
+    out->cache_mem_types        = attr.cache_mem_types;
+    out->gva_mem_types          = attr.gva_mem_types;
+    out->detect_mem_types       = attr.detect_mem_types;
+    out->alloc_mem_types        = attr.alloc_mem_types;
+    out->access_mem_types       = attr.access_mem_types;
+    out->dmabuf_mem_types       = attr.dmabuf_mem_types;
+    out->reg_cost_c             = attr.reg_cost.c;
+    out->reg_cost_m             = attr.reg_cost.m;
+    out->rkey_packed_size       = attr.rkey_packed_size;
+    out->exported_mkey_packed_size = attr.exported_mkey_packed_size;
+    out->reg_alignment          = attr.reg_alignment;
+#if UCXGO_UCT_MINOR >= 22
+    out->required_mem_flags     = attr.required_mem_flags;
+#endif
+    ucxgo_copy_cpus(out->local_cpus, &attr.local_cpus);
+    memcpy(out->component_name, attr.component_name, UCT_COMPONENT_NAME_MAX);
+    memcpy(out->global_id, attr.global_id, UCT_MD_GLOBAL_ID_MAX);
+    return UCS_OK;
+}
+
+ucs_status_t ucxgo_md_query_v1(uct_md_h md, ucxgo_md_attr_t *out)
+{
+    uct_md_attr_t attr;
+    ucs_status_t status;
+
+    memset(&attr, 0, sizeof(attr));
+    memset(out, 0, sizeof(*out));
+    status = uct_md_query(md, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+    out->max_alloc        = attr.cap.max_alloc;
+    out->max_reg          = attr.cap.max_reg;
+    out->flags            = attr.cap.flags;
+    out->reg_mem_types    = attr.cap.reg_mem_types;
+    out->detect_mem_types = attr.cap.detect_mem_types;
+    out->alloc_mem_types  = attr.cap.alloc_mem_types;
+    out->access_mem_types = attr.cap.access_mem_types;
+    out->reg_cost_c       = attr.reg_cost.c;
+    out->reg_cost_m       = attr.reg_cost.m;
+    out->rkey_packed_size = attr.rkey_packed_size;
+    ucxgo_copy_cpus(out->local_cpus, &attr.local_cpus);
+    memcpy(out->component_name, attr.component_name, UCT_COMPONENT_NAME_MAX);
+    return UCS_OK;
+}
+
+ucs_status_t ucxgo_md_query_raw(uct_md_h md, uint64_t field_mask, void *buf)
+{
+    ((ucxgo_uct_md_attr_v2_t *)buf)->field_mask = field_mask;
+    return uct_md_query_v2(md, (ucxgo_uct_md_attr_v2_t *)buf);
+}
+
+size_t ucxgo_md_attr_v2_size(void)
+{
+    return sizeof(ucxgo_uct_md_attr_v2_t);
+}
+
+#define UCXGO_FIELD(_bit, _field) \
+    { _bit, offsetof(ucxgo_uct_md_attr_v2_t, _field), \
+      sizeof(((ucxgo_uct_md_attr_v2_t *)0)->_field), #_field }
+
+static const ucxgo_field_layout_t ucxgo_md_attr_v2_fields[] = {
+    UCXGO_FIELD(UCXGO_MD_ATTR_MAX_ALLOC, max_alloc),
+    UCXGO_FIELD(UCXGO_MD_ATTR_MAX_REG, max_reg),
+    UCXGO_FIELD(UCXGO_MD_ATTR_FLAGS, flags),
+    UCXGO_FIELD(UCXGO_MD_ATTR_REG_MEM_TYPES, reg_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_REG_NONBLOCK_MEM_TYPES, reg_nonblock_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_CACHE_MEM_TYPES, cache_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_GVA_MEM_TYPES, gva_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_DETECT_MEM_TYPES, detect_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_ALLOC_MEM_TYPES, alloc_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_ACCESS_MEM_TYPES, access_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_DMABUF_MEM_TYPES, dmabuf_mem_types),
+    UCXGO_FIELD(UCXGO_MD_ATTR_REG_COST, reg_cost),
+    UCXGO_FIELD(UCXGO_MD_ATTR_COMPONENT_NAME, component_name),
+    UCXGO_FIELD(UCXGO_MD_ATTR_RKEY_PACKED_SIZE, rkey_packed_size),
+    UCXGO_FIELD(UCXGO_MD_ATTR_LOCAL_CPUS, local_cpus),
+    UCXGO_FIELD(UCXGO_MD_ATTR_EXPORTED_MKEY_PACKED_SIZE, exported_mkey_packed_size),
+    UCXGO_FIELD(UCXGO_MD_ATTR_GLOBAL_ID, global_id),
+    UCXGO_FIELD(UCXGO_MD_ATTR_REG_ALIGNMENT, reg_alignment),
+#if UCXGO_UCT_MINOR >= 22
+    UCXGO_FIELD(UCXGO_MD_ATTR_REQUIRED_MEM_FLAGS, required_mem_flags),
+#endif
+};
+
+unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields)
+{
+    *fields = ucxgo_md_attr_v2_fields;
+    return sizeof(ucxgo_md_attr_v2_fields) / sizeof(ucxgo_md_attr_v2_fields[0]);
+}
+
+ucs_status_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
+                           uint64_t flags, uct_mem_h *memh_p)
+{
+    ucxgo_uct_md_mem_reg_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCXGO_MEM_REG_FIELD_FLAGS;
+    params.flags      = flags;
+    return uct_md_mem_reg_v2(md, address, length, &params, memh_p);
+}
+
+ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh)
+{
+    ucxgo_uct_md_mem_dereg_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCXGO_MEM_DEREG_FIELD_MEMH;
+    params.memh       = memh;
+    return uct_md_mem_dereg_v2(md, &params);
+}
+
+ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
+                             uct_allocated_memory_t *mem)
+{
+    uct_alloc_method_t method = UCT_ALLOC_METHOD_MD;
+    uct_mem_alloc_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCT_MEM_ALLOC_PARAM_FIELD_FLAGS |
+                        UCT_MEM_ALLOC_PARAM_FIELD_MEM_TYPE |
+                        UCT_MEM_ALLOC_PARAM_FIELD_MDS |
+                        UCT_MEM_ALLOC_PARAM_FIELD_NAME;
+    params.flags      = flags;
+    params.mem_type   = UCS_MEMORY_TYPE_HOST;
+    params.mds.mds    = &md;
+    params.mds.count  = 1;
+    params.name       = "ucx-go";
+    return uct_mem_alloc(length, &method, 1, &params, mem);
+}
+
+ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem)
+{
+    return uct_mem_free(mem);
+}
+
+/* Guard bytes after the packed key; UCX writing into them is an overrun. */
+#define UCXGO_PACK_GUARD   256
+#define UCXGO_PACK_SCRATCH 1024
+#define UCXGO_GUARD_BYTE   0xa5
+
+ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
+                             size_t length, int export_key, void *out,
+                             size_t out_size, int *overrun)
+{
+    ucxgo_uct_md_mkey_pack_params_t params;
+    uint8_t stack_buf[UCXGO_PACK_SCRATCH];
+    uint8_t *scratch = stack_buf;
+    size_t total     = out_size + UCXGO_PACK_GUARD;
+    ucs_status_t status;
+    size_t i;
+
+    *overrun = 0;
+    if (total > sizeof(stack_buf)) {
+        scratch = malloc(total);
+        if (scratch == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+    }
+    memset(scratch, UCXGO_GUARD_BYTE, total);
+
+    params.field_mask = UCXGO_MKEY_PACK_FIELD_FLAGS;
+    params.flags      = export_key ? UCXGO_MKEY_PACK_FLAG_EXPORT : 0;
+#if UCXGO_UCT_MINOR >= 16
+    status = uct_md_mkey_pack_v2(md, memh, address, length, &params, scratch);
+#else
+    status = uct_md_mkey_pack_v2(md, memh, &params, scratch);
+#endif
+    if (status == UCS_OK) {
+        for (i = out_size; i < total; ++i) {
+            if (scratch[i] != UCXGO_GUARD_BYTE) {
+                *overrun = 1;
+                break;
+            }
+        }
+        if (out_size > 0) {
+            memcpy(out, scratch, out_size);
+        }
+    }
+    if (scratch != stack_buf) {
+        free(scratch);
+    }
+    return status;
+}
+
+ucs_status_t ucxgo_mem_attach(uct_md_h md, const void *buf, size_t size,
+                              int hide_errors, uct_mem_h *memh_p)
+{
+    ucxgo_uct_md_mem_attach_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCXGO_MEM_ATTACH_FIELD_FLAGS;
+    params.flags      = hide_errors ? UCXGO_MEM_ATTACH_FLAG_HIDE_ERRORS : 0;
+#if UCXGO_UCT_MINOR >= 19
+    params.field_mask |= UCXGO_MEM_ATTACH_FIELD_MKEY_SIZE;
+    params.mkey_size   = size;
+#endif
+    return uct_md_mem_attach(md, buf, &params, memh_p);
+}
+
+/* Unpack reads a component-specific number of bytes: give it a zero-padded
+ * copy so that a short (but length-checked) buffer is never over-read. */
+#define UCXGO_RKEY_PAD 256
+
+ucs_status_t ucxgo_rkey_unpack(uct_component_h component, const void *buf,
+                               size_t size, uct_rkey_bundle_t *bundle)
+{
+    uint8_t stack_buf[UCXGO_PACK_SCRATCH];
+    uint8_t *copy = stack_buf;
+    ucs_status_t status;
+
+    if (size + UCXGO_RKEY_PAD > sizeof(stack_buf)) {
+        copy = calloc(1, size + UCXGO_RKEY_PAD);
+        if (copy == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+    } else {
+        memset(copy, 0, size + UCXGO_RKEY_PAD);
+    }
+    if (size > 0) {
+        memcpy(copy, buf, size);
+    }
+    status = uct_rkey_unpack(component, copy, bundle);
+    if (copy != stack_buf) {
+        free(copy);
+    }
+    return status;
+}
+
+ucs_status_t ucxgo_rkey_release(uct_component_h component,
+                                const uct_rkey_bundle_t *bundle)
+{
+    return uct_rkey_release(component, bundle);
+}

@@ -1,0 +1,33 @@
+# Shared helpers for the ci/ scripts (sourced, not run).
+
+die() { echo "ci: $*" >&2; exit 1; }
+
+# suite_dir SUITE: where the root filesystem of SUITE is cached.
+suite_dir() {
+	echo "${UCX_ROOTFS_CACHE:-/var/cache/ucx-go}/rootfs-$1"
+}
+
+# packages: the package list, comments and blank lines removed.
+packages() {
+	sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$(dirname "${BASH_SOURCE[0]}")/packages.txt" | tr -s ' \n' ' '
+}
+
+# host_mirror: the Debian archive URI from the host's own apt configuration.
+host_mirror() {
+	local uri=""
+	if compgen -G '/etc/apt/sources.list.d/*.sources' >/dev/null; then
+		# deb822: take the URIs of the stanza whose Suites are not a -security suite.
+		uri=$(awk '
+			/^[[:space:]]*$/ { if (u != "" && s !~ /security/ && t ~ /deb/) { print u; exit } u=""; s=""; t="" ; next }
+			/^URIs:/   { u=$2 }
+			/^Suites:/ { s=$0 }
+			/^Types:/  { t=$0 }
+			END { if (u != "" && s !~ /security/ && t ~ /deb/) print u }
+		' /etc/apt/sources.list.d/*.sources | grep -v -- '-security' | head -n1)
+	fi
+	if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+		uri=$(awk '$1=="deb" && $0 !~ /security/ { for (i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list)
+	fi
+	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt (set UCX_MIRROR)"
+	echo "$uri"
+}

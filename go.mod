@@ -1,0 +1,3 @@
+module github.com/ucxgo/ucx
+
+go 1.24

@@ -1,0 +1,100 @@
+/*
+ * ucx-go shim interface: one C function per Go-visible operation, so that
+ * each operation is one cgo crossing (fill params, call UCX, return status).
+ * The structs here are ucx-go's own, with one layout for every UCX release;
+ * the shims translate them to the release's own types (abi.h, uct_v2.h).
+ */
+#ifndef UCXGO_SHIM_H
+#define UCXGO_SHIM_H
+
+#include "abi.h"
+#include <stdlib.h>
+
+#ifndef UCXGO_UNSUPPORTED
+#include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
+
+#define UCXGO_MAX_MDS_PER_COMPONENT 32
+
+typedef struct ucxgo_component_info {
+    char     name[UCT_COMPONENT_NAME_MAX + 1];
+    uint64_t flags;
+    unsigned md_count;        /* resources reported by UCX */
+    char     md_names[UCXGO_MAX_MDS_PER_COMPONENT][UCT_MD_NAME_MAX + 1];
+} ucxgo_component_info_t;
+
+/* Version-independent copy of uct_md_attr_v2_t (and of the v1 attributes). */
+typedef struct ucxgo_md_attr {
+    uint64_t max_alloc;
+    uint64_t max_reg;
+    uint64_t flags;
+    uint64_t reg_mem_types;
+    uint64_t reg_nonblock_mem_types;
+    uint64_t cache_mem_types;
+    uint64_t gva_mem_types;
+    uint64_t detect_mem_types;
+    uint64_t alloc_mem_types;
+    uint64_t access_mem_types;
+    uint64_t dmabuf_mem_types;
+    double   reg_cost_c;
+    double   reg_cost_m;
+    uint64_t rkey_packed_size;
+    uint64_t exported_mkey_packed_size;
+    uint64_t reg_alignment;
+    uint64_t required_mem_flags;
+    uint64_t local_cpus[16];
+    char     component_name[UCT_COMPONENT_NAME_MAX + 1];
+    uint8_t  global_id[UCT_MD_GLOBAL_ID_MAX];
+} ucxgo_md_attr_t;
+
+/* Layout of one uct_md_attr_v2_t field as this build declares it. */
+typedef struct ucxgo_field_layout {
+    uint64_t bit;
+    size_t   offset;
+    size_t   size;
+    const char *name;
+} ucxgo_field_layout_t;
+
+/* versions */
+void ucxgo_built_version(unsigned *major, unsigned *minor, unsigned *patch);
+void ucxgo_loaded_version(unsigned *major, unsigned *minor, unsigned *patch);
+
+/* UCT discovery and memory domains */
+ucs_status_t ucxgo_components(uct_component_h **list, unsigned *count);
+ucs_status_t ucxgo_component_query(uct_component_h component,
+                                   ucxgo_component_info_t *info);
+ucs_status_t ucxgo_md_open(uct_component_h component, const char *md_name,
+                           const char *kv, unsigned kv_count, uct_md_h *md_p,
+                           unsigned *failed_kv);
+ucs_status_t ucxgo_md_query(uct_md_h md, ucxgo_md_attr_t *attr);
+ucs_status_t ucxgo_md_query_v1(uct_md_h md, ucxgo_md_attr_t *attr);
+
+/* ABI self-check: raw v2 query into a caller buffer of at least
+ * ucxgo_md_attr_v2_size() bytes, and the declared layout of each field. */
+ucs_status_t ucxgo_md_query_raw(uct_md_h md, uint64_t field_mask, void *buf);
+size_t ucxgo_md_attr_v2_size(void);
+unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields);
+
+/* UCT memory */
+ucs_status_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
+                           uint64_t flags, uct_mem_h *memh_p);
+ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh);
+ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
+                             uct_allocated_memory_t *mem);
+ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem);
+
+/* Pack an rkey (flags 0) or an exported mkey (export != 0) of exactly
+ * out_size bytes. UCX writes into a guarded scratch buffer first; a write
+ * past out_size is reported through *overrun instead of corrupting memory. */
+ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
+                             size_t length, int export_key, void *out,
+                             size_t out_size, int *overrun);
+ucs_status_t ucxgo_mem_attach(uct_md_h md, const void *buf, size_t size,
+                              int hide_errors, uct_mem_h *memh_p);
+ucs_status_t ucxgo_rkey_unpack(uct_component_h component, const void *buf,
+                               size_t size, uct_rkey_bundle_t *bundle);
+ucs_status_t ucxgo_rkey_release(uct_component_h component,
+                                const uct_rkey_bundle_t *bundle);
+
+#endif /* UCXGO_UNSUPPORTED */
+#endif

@@ -1,0 +1,64 @@
+package ucs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ucxgo/ucx/internal/handle"
+)
+
+// Go-side causes, for conditions UCX has no status for.
+var (
+	// ErrClosed: the handle was closed.
+	ErrClosed = errors.New("use of closed handle")
+	// ErrVersionMismatch: the loaded libucx is not the release ucx-go was built for.
+	ErrVersionMismatch = errors.New("UCX version mismatch")
+)
+
+// Error is the error type of every ucx-go call.
+type Error struct {
+	Op     string // what was attempted, e.g. `uct: export mkey on md "tcp"`
+	Err    error  // the cause: a Status or a Go-side sentinel
+	Reason string // why, when more is known than the cause says
+}
+
+func (e *Error) Error() string {
+	msg := e.Op + ": " + e.Err.Error()
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Unwrap returns the cause, so that errors.Is(err, ErrUnsupported) works.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Status is the UCX status of the error, or OK for a Go-side cause.
+func (e *Error) Status() Status {
+	var s Status
+	if errors.As(e.Err, &s) {
+		return s
+	}
+	return OK
+}
+
+// StatusError returns nil for OK, else an *Error for op with cause st.
+func StatusError(st Status, op string, args ...any) error {
+	if st == OK {
+		return nil
+	}
+	return &Error{Op: fmt.Sprintf(op, args...), Err: st}
+}
+
+// Errorf returns an *Error with cause err and a formatted reason.
+func Errorf(op string, err error, reason string, args ...any) *Error {
+	return &Error{Op: op, Err: err, Reason: fmt.Sprintf(reason, args...)}
+}
+
+// LiveHandles is the number of UCX objects ucx-go holds now; 0 once every
+// handle is closed (and every child of a closed parent too).
+func LiveHandles() int64 { return handle.Live() }
+
+// LeakedHandles counts handles that were garbage collected without Close;
+// their UCX objects were released by a cleanup.
+func LeakedHandles() int64 { return handle.Leaked() }

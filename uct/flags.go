@@ -1,0 +1,116 @@
+package uct
+
+import (
+	"math/bits"
+	"strconv"
+	"strings"
+)
+
+// MDFlags are an MD's capabilities (UCT_MD_FLAG_*).
+type MDFlags uint64
+
+// MD capability flags; the values are the same in every supported release.
+const (
+	FlagAlloc         MDFlags = 0x1    // MD can allocate memory
+	FlagReg           MDFlags = 0x2    // MD can register memory
+	FlagNeedMemh      MDFlags = 0x4    // transports need a memory handle
+	FlagNeedRkey      MDFlags = 0x8    // transports need a remote key
+	FlagAdvise        MDFlags = 0x10   // memory advice supported
+	FlagFixed         MDFlags = 0x20   // allocation at a fixed address
+	FlagRkeyPtr       MDFlags = 0x40   // remote memory is directly addressable
+	FlagSockaddr      MDFlags = 0x80   // socket-address connections
+	FlagInvalidate    MDFlags = 0x100  // memory invalidation
+	FlagExportedMkey  MDFlags = 0x200  // memory keys can be exported to another process
+	FlagRegDMABuf     MDFlags = 0x400  // dma-buf registration
+	FlagInvalidateRMA MDFlags = 0x800  // invalidation of RMA access
+	FlagInvalidateAMO MDFlags = 0x1000 // invalidation of atomic access
+	FlagMemtypeCopy   MDFlags = 0x2000 // memory-type copy (UCX 1.19+)
+)
+
+var mdFlagNames = []string{
+	"ALLOC", "REG", "NEED_MEMH", "NEED_RKEY", "ADVISE", "FIXED", "RKEY_PTR",
+	"SOCKADDR", "INVALIDATE", "EXPORTED_MKEY", "REG_DMABUF", "INVALIDATE_RMA",
+	"INVALIDATE_AMO", "MEMTYPE_COPY",
+}
+
+// Has reports whether every flag of want is set.
+func (f MDFlags) Has(want MDFlags) bool { return f&want == want }
+
+// Names lists the flags set, by their UCX names without the prefix.
+func (f MDFlags) Names() []string { return bitNames(uint64(f), mdFlagNames, "bit") }
+
+func (f MDFlags) String() string { return strings.Join(f.Names(), "|") }
+
+// MemoryType is a ucs_memory_type_t value.
+type MemoryType uint8
+
+// Memory types (values shared by every supported release).
+const (
+	MemoryHost MemoryType = iota
+	MemoryCUDA
+	MemoryCUDAManaged
+	MemoryROCm
+	MemoryROCmManaged
+	MemoryRDMA
+	MemoryZEHost
+	MemoryZEDevice
+	MemoryZEManaged
+	MemoryGaudi // UCX 1.21+
+)
+
+var memoryTypeNames = []string{
+	"host", "cuda", "cuda-managed", "rocm", "rocm-managed", "rdma",
+	"ze-host", "ze-device", "ze-managed", "gaudi",
+}
+
+func (t MemoryType) String() string {
+	if int(t) < len(memoryTypeNames) {
+		return memoryTypeNames[t]
+	}
+	return "unknown"
+}
+
+// MemoryTypes is a bitmap of memory types (bit n = MemoryType n).
+type MemoryTypes uint64
+
+// Has reports whether t is in the set.
+func (s MemoryTypes) Has(t MemoryType) bool { return s&(1<<t) != 0 }
+
+// Names lists the memory types in the set.
+func (s MemoryTypes) Names() []string { return bitNames(uint64(s), memoryTypeNames, "type") }
+
+func (s MemoryTypes) String() string { return strings.Join(s.Names(), ",") }
+
+// MemFlags control registration and allocation (uct_md_mem_flags).
+type MemFlags uint64
+
+// Registration and allocation flags.
+const (
+	MemNonBlock           MemFlags = 0x1
+	MemFixed              MemFlags = 0x2
+	MemLock               MemFlags = 0x4
+	MemHideErrors         MemFlags = 0x8
+	MemAccessRemotePut    MemFlags = 0x20
+	MemAccessRemoteGet    MemFlags = 0x40
+	MemAccessRemoteAtomic MemFlags = 0x80
+	MemAccessLocalRead    MemFlags = 0x100
+	MemAccessLocalWrite   MemFlags = 0x200
+	MemAccessAll          MemFlags = 0x3e0
+	MemAccessRMA          MemFlags = 0x360
+)
+
+// bitNames names each set bit; a bit without a name prints as
+// unknown+number (e.g. "bit14").
+func bitNames(v uint64, names []string, unknown string) []string {
+	var out []string
+	for v != 0 {
+		b := bits.TrailingZeros64(v)
+		v &^= 1 << b
+		if b < len(names) {
+			out = append(out, names[b])
+		} else {
+			out = append(out, unknown+strconv.Itoa(b))
+		}
+	}
+	return out
+}

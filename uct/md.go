@@ -1,0 +1,190 @@
+package uct
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Component is a UCT component (a family of transports: "ib", "posix",
+// "tcp", ...) with the memory domains it found on this machine.
+type Component struct {
+	Name    string
+	Flags   uint64
+	MDNames []string // memory-domain resources; empty when no device was found
+	c       cgo.Component
+}
+
+// Components lists UCT's components.
+func Components() ([]Component, error) {
+	if err := ucs.CheckVersion(); err != nil {
+		return nil, err
+	}
+	list, st := cgo.Components()
+	if err := ucs.StatusError(ucs.Status(st), "uct: query components"); err != nil {
+		return nil, err
+	}
+	out := make([]Component, 0, len(list))
+	for _, c := range list {
+		info, st := c.Query()
+		if err := ucs.StatusError(ucs.Status(st), "uct: query component"); err != nil {
+			return nil, err
+		}
+		out = append(out, Component{Name: info.Name, Flags: info.Flags, MDNames: info.MDNames, c: c})
+	}
+	return out, nil
+}
+
+// MDOption configures OpenMD.
+type MDOption func(*mdOptions)
+
+type mdOptions struct{ config []string }
+
+// WithConfig sets an MD configuration value before the MD is opened, as
+// uct_config_modify does; name is the variable without the UCX_ prefix and
+// component prefix, e.g. WithConfig("DIR", "/dev/shm") for posix.
+func WithConfig(name, value string) MDOption {
+	return func(o *mdOptions) { o.config = append(o.config, name, value) }
+}
+
+// OpenMD opens the memory domain named mdName (as listed in
+// Component.MDNames) of whichever component has it.
+func OpenMD(mdName string, opts ...MDOption) (*MD, error) {
+	comps, err := Components()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range comps {
+		for _, name := range c.MDNames {
+			if name == mdName {
+				return c.OpenMD(mdName, opts...)
+			}
+		}
+	}
+	return nil, ucs.Errorf(fmt.Sprintf("uct: open md %q", mdName), ucs.ErrNoDevice, "no component lists a memory domain of that name")
+}
+
+// OpenMD opens one of c's memory domains.
+func (c Component) OpenMD(mdName string, opts ...MDOption) (*MD, error) {
+	op := fmt.Sprintf("uct: open md %q", mdName)
+	if err := ucs.CheckVersion(); err != nil {
+		return nil, err
+	}
+	var o mdOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	md, failed, st := c.c.OpenMD(mdName, o.config)
+	if st != 0 {
+		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
+		if failed < len(o.config)/2 && ucs.Status(st) != ucs.OK && len(o.config) > 0 {
+			e.Reason = fmt.Sprintf("config %s=%q", o.config[2*failed], o.config[2*failed+1])
+		}
+		return nil, e
+	}
+	attr, st := md.Query()
+	if st != 0 {
+		md.Close()
+		return nil, ucs.StatusError(ucs.Status(st), "%s: query attributes", op)
+	}
+	m := &MD{name: mdName, component: c, md: md, attr: newAttr(attr)}
+	m.res = handle.New(nil, md.Close)
+	handle.Track(m, m.res)
+	return m, nil
+}
+
+// MD is an open memory domain.
+type MD struct {
+	res       *handle.Resource
+	name      string
+	component Component
+	md        cgo.MD
+	attr      Attr
+}
+
+// Name is the MD's resource name ("posix", "mlx5_0", ...).
+func (m *MD) Name() string { return m.name }
+
+// Component is the component the MD belongs to.
+func (m *MD) Component() Component { return m.component }
+
+// Attr returns the attributes queried with uct_md_query_v2 when the MD was
+// opened (they do not change while it is open).
+func (m *MD) Attr() Attr { return m.attr }
+
+// Close closes the MD. Its UCX object is released once every registration,
+// allocation and remote key made with it is closed too.
+func (m *MD) Close() error {
+	m.res.Close()
+	return nil
+}
+
+// CanExport returns nil if the MD can export memory keys, else an error
+// wrapping ucs.ErrUnsupported that says why.
+func (m *MD) CanExport() error {
+	return m.exportCapable(fmt.Sprintf("uct: export mkey on md %q", m.name))
+}
+
+func (m *MD) exportCapable(op string) error {
+	if !m.attr.Flags.Has(FlagExportedMkey) {
+		return ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_EXPORTED_MKEY")
+	}
+	if m.attr.ExportedMkeyPackedSize == 0 {
+		return ucs.Errorf(op, ucs.ErrUnsupported, "md reports an exported mkey packed size of 0")
+	}
+	return nil
+}
+
+// enter starts an operation on the MD, or returns the closed error for op.
+func (m *MD) enter(op string) error {
+	if !m.res.Enter() {
+		return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: fmt.Sprintf("md %q is closed", m.name)}
+	}
+	return nil
+}
+
+// Attr are an MD's attributes (uct_md_attr_v2_t).
+type Attr struct {
+	ComponentName          string
+	Flags                  MDFlags
+	MaxAlloc               uint64 // largest allocation
+	MaxReg                 uint64 // largest registration
+	RegMemTypes            MemoryTypes
+	RegNonblockMemTypes    MemoryTypes
+	CacheMemTypes          MemoryTypes
+	GVAMemTypes            MemoryTypes
+	DetectMemTypes         MemoryTypes
+	AllocMemTypes          MemoryTypes
+	AccessMemTypes         MemoryTypes
+	DMABufMemTypes         MemoryTypes
+	RegCostFixed           float64 // registration cost: seconds, fixed part
+	RegCostPerByte         float64 // registration cost: seconds per byte
+	RkeyPackedSize         int
+	ExportedMkeyPackedSize int
+	RegAlignment           uint64
+	LocalCPUs              [16]uint64
+	// GlobalID identifies the device across processes ("ib" + system image
+	// GUID for IB MDs); nil when the MD reports an all-zero id.
+	GlobalID []byte
+}
+
+func newAttr(a cgo.MDAttr) Attr {
+	gid := bytes.TrimRight(a.GlobalID[:], "\x00")
+	if len(gid) == 0 {
+		gid = nil
+	}
+	return Attr{
+		ComponentName: a.ComponentName, Flags: MDFlags(a.Flags),
+		MaxAlloc: a.MaxAlloc, MaxReg: a.MaxReg,
+		RegMemTypes: MemoryTypes(a.RegMemTypes), RegNonblockMemTypes: MemoryTypes(a.RegNonblockMemTypes),
+		CacheMemTypes: MemoryTypes(a.CacheMemTypes), GVAMemTypes: MemoryTypes(a.GVAMemTypes),
+		DetectMemTypes: MemoryTypes(a.DetectMemTypes), AllocMemTypes: MemoryTypes(a.AllocMemTypes),
+		AccessMemTypes: MemoryTypes(a.AccessMemTypes), DMABufMemTypes: MemoryTypes(a.DMABufMemTypes),
+		RegCostFixed: a.RegCostFixed, RegCostPerByte: a.RegCostPerByte,
+		RkeyPackedSize: int(a.RkeyPackedSize), ExportedMkeyPackedSize: int(a.ExportedMkeyPackedSize),
+		RegAlignment: a.RegAlignment, LocalCPUs: a.LocalCPUs, GlobalID: gid,
+	}
+}

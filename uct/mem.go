@@ -1,0 +1,288 @@
+package uct
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// MemKind says where a Mem came from.
+type MemKind int
+
+// Kinds of memory handle.
+const (
+	Registered MemKind = iota // existing memory registered with MD.Register or RegisterPointer
+	Allocated                 // memory the MD allocated (MD.Alloc)
+	Attached                  // another process's exported key (MD.Attach)
+)
+
+func (k MemKind) String() string {
+	switch k {
+	case Registered:
+		return "registered"
+	case Allocated:
+		return "allocated"
+	case Attached:
+		return "attached"
+	}
+	return "unknown"
+}
+
+// Mem is a UCT memory handle: registered, allocated or attached memory.
+type Mem struct {
+	res   *handle.Resource
+	md    *MD
+	kind  MemKind
+	memh  cgo.Memh
+	addr  unsafe.Pointer
+	size  uintptr
+	alloc *cgo.Allocation
+}
+
+// Register registers b on the MD. b is pinned until the Mem is closed;
+// b must not be empty.
+func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
+	if len(b) == 0 {
+		return nil, ucs.Errorf(fmt.Sprintf("uct: register memory on md %q", m.name), ucs.ErrInvalidParam, "empty buffer")
+	}
+	pinner := new(runtime.Pinner)
+	pinner.Pin(unsafe.SliceData(b))
+	mem, err := m.register(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)), flags, pinner.Unpin)
+	if err != nil {
+		pinner.Unpin()
+	}
+	return mem, err
+}
+
+// RegisterPointer registers n bytes at p, memory that is not managed by the
+// Go runtime (C or mmap'ed memory). The caller keeps it valid until Close.
+func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
+	if p == nil || n == 0 {
+		return nil, ucs.Errorf(fmt.Sprintf("uct: register memory on md %q", m.name), ucs.ErrInvalidParam, "nil pointer or zero length")
+	}
+	return m.register(p, n, flags, nil)
+}
+
+func (m *MD) register(p unsafe.Pointer, n uintptr, flags MemFlags, unpin func()) (*Mem, error) {
+	op := fmt.Sprintf("uct: register %d bytes on md %q", n, m.name)
+	if err := m.enter(op); err != nil {
+		return nil, err
+	}
+	defer m.res.Exit()
+	if !m.attr.Flags.Has(FlagReg) {
+		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
+	}
+	if m.attr.MaxReg != 0 && uint64(n) > m.attr.MaxReg {
+		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "md registers at most %d bytes", m.attr.MaxReg)
+	}
+	memh, st := m.md.Register(p, n, uint64(flags))
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	md := m.md
+	mem := &Mem{md: m, kind: Registered, memh: memh, addr: p, size: n}
+	mem.res = handle.New(m.res, func() {
+		md.Deregister(memh)
+		if unpin != nil {
+			unpin()
+		}
+	})
+	handle.Track(mem, mem.res)
+	return mem, nil
+}
+
+// Alloc allocates at least n bytes of host memory with the MD (posix and
+// sysv allocate shared memory; they cannot register). Mem.Bytes exposes it.
+func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
+	op := fmt.Sprintf("uct: allocate %d bytes on md %q", n, m.name)
+	if n <= 0 {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "length must be positive")
+	}
+	if err := m.enter(op); err != nil {
+		return nil, err
+	}
+	defer m.res.Exit()
+	if !m.attr.Flags.Has(FlagAlloc) {
+		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_ALLOC (flags %s)", m.attr.Flags)
+	}
+	if m.attr.MaxAlloc != 0 && uint64(n) > m.attr.MaxAlloc {
+		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "md allocates at most %d bytes", m.attr.MaxAlloc)
+	}
+	a, st := m.md.Alloc(uintptr(n), uint64(flags))
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	mem := &Mem{md: m, kind: Allocated, memh: a.Memh(), addr: a.Address(), size: a.Length(), alloc: a}
+	mem.res = handle.New(m.res, func() { a.Free() })
+	handle.Track(mem, mem.res)
+	return mem, nil
+}
+
+// AttachOptions tune MD.Attach.
+type AttachOptions struct {
+	// HideErrors asks UCX not to log a failed attach (UCT_MD_MEM_ATTACH_FLAG_HIDE_ERRORS).
+	HideErrors bool
+}
+
+// Attach imports a memory key another process exported with Mem.Export
+// (uct_md_mem_attach). The MD must be able to export, and desc must be
+// exactly its exported packed size: UCX reads a fixed number of bytes without
+// a length, and on MDs that cannot export its attach entry may be a NULL
+// pointer, so both are checked here before any byte reaches UCX.
+func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
+	op := fmt.Sprintf("uct: attach exported mkey on md %q", m.name)
+	if err := m.enter(op); err != nil {
+		return nil, err
+	}
+	defer m.res.Exit()
+	if err := m.exportCapable(op); err != nil {
+		return nil, err
+	}
+	if len(desc) != m.attr.ExportedMkeyPackedSize {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "descriptor is %d bytes, md exports %d-byte keys", len(desc), m.attr.ExportedMkeyPackedSize)
+	}
+	memh, st := m.md.Attach(desc, opts.HideErrors)
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	md := m.md
+	mem := &Mem{md: m, kind: Attached, memh: memh}
+	mem.res = handle.New(m.res, func() { md.Deregister(memh) })
+	handle.Track(mem, mem.res)
+	return mem, nil
+}
+
+// MD is the memory domain the Mem belongs to.
+func (mem *Mem) MD() *MD { return mem.md }
+
+// Kind says how the Mem was made.
+func (mem *Mem) Kind() MemKind { return mem.kind }
+
+// Len is the length of the memory (0 for attached memory, whose extent
+// only the exporter knows).
+func (mem *Mem) Len() int { return int(mem.size) }
+
+// Address is the memory's first byte in this process (0 for attached memory).
+func (mem *Mem) Address() uintptr { return uintptr(mem.addr) }
+
+// Bytes is the memory as a slice, valid until Close. Attached memory lives
+// in another process and has no bytes here: that is an error.
+func (mem *Mem) Bytes() ([]byte, error) {
+	op := "uct: bytes of " + mem.kind.String() + " memory"
+	if !mem.res.Enter() {
+		return nil, mem.closedErr(op)
+	}
+	defer mem.res.Exit()
+	if mem.kind == Attached {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidAddr, "attached memory belongs to the exporting process")
+	}
+	return unsafe.Slice((*byte)(mem.addr), mem.size), nil
+}
+
+func (mem *Mem) closedErr(op string) error {
+	return &ucs.Error{Op: op, Err: ucs.ErrClosed}
+}
+
+// PackRkey packs the memory's remote key (uct_md_mkey_pack_v2 without
+// flags) into a new slice of the MD's rkey packed size, which is 0 for MDs
+// that need no key (self, tcp, cma).
+func (mem *Mem) PackRkey() ([]byte, error) {
+	op := fmt.Sprintf("uct: pack rkey on md %q", mem.md.name)
+	return mem.pack(op, false, mem.md.attr.RkeyPackedSize, nil)
+}
+
+// Export packs the memory's exported key (uct_md_mkey_pack_v2 with
+// UCT_MD_MKEY_PACK_FLAG_EXPORT) for another process to Attach: a new slice
+// of exactly the MD's exported packed size. On an MD without
+// UCT_MD_FLAG_EXPORTED_MKEY it returns ucs.ErrUnsupported and UCX is not
+// called (UCX would "succeed" with meaningless bytes).
+func (mem *Mem) Export() ([]byte, error) {
+	op := fmt.Sprintf("uct: export mkey on md %q", mem.md.name)
+	return mem.pack(op, true, mem.md.attr.ExportedMkeyPackedSize, func() error {
+		if err := mem.md.exportCapable(op); err != nil {
+			return err
+		}
+		if mem.kind == Attached {
+			return ucs.Errorf(op, ucs.ErrInvalidParam, "attached memory cannot be exported again")
+		}
+		return nil
+	})
+}
+
+// pack runs one mkey pack; check, when set, vets the call once the handle
+// is known to be open.
+func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]byte, error) {
+	if !mem.res.Enter() {
+		return nil, mem.closedErr(op)
+	}
+	defer mem.res.Exit()
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]byte, size)
+	overrun, st := mem.md.md.PackMkey(mem.memh, mem.addr, mem.size, export, out)
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	if overrun {
+		return nil, ucs.Errorf(op, ucs.ErrBufferTooSmall, "UCX wrote past the md's %d-byte packed size (caught in a guard area)", size)
+	}
+	return out, nil
+}
+
+// Close releases the registration, allocation or attachment. Slices from
+// Bytes must not be used after it.
+func (mem *Mem) Close() error {
+	mem.res.Close()
+	return nil
+}
+
+// RemoteKey is an unpacked remote key (uct_rkey_unpack).
+type RemoteKey struct {
+	res    *handle.Resource
+	bundle *cgo.RkeyBundle
+}
+
+// UnpackRkey unpacks a key packed by Mem.PackRkey on an MD of the same
+// component. Its length must be the MD's rkey packed size; it is checked
+// before UCX sees the bytes.
+func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
+	op := fmt.Sprintf("uct: unpack rkey on md %q", m.name)
+	if err := m.enter(op); err != nil {
+		return nil, err
+	}
+	defer m.res.Exit()
+	if len(packed) != m.attr.RkeyPackedSize {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "packed rkey is %d bytes, md packs %d", len(packed), m.attr.RkeyPackedSize)
+	}
+	comp := m.component.c
+	b, st := comp.UnpackRkey(packed)
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	rk := &RemoteKey{bundle: b}
+	rk.res = handle.New(m.res, func() { comp.ReleaseRkey(b) })
+	handle.Track(rk, rk.res)
+	return rk, nil
+}
+
+// Value is the key value UCT transports take, or an error after Close.
+func (rk *RemoteKey) Value() (uint64, error) {
+	if !rk.res.Enter() {
+		return 0, &ucs.Error{Op: "uct: remote key value", Err: ucs.ErrClosed}
+	}
+	defer rk.res.Exit()
+	return rk.bundle.Rkey(), nil
+}
+
+// Close releases the remote key.
+func (rk *RemoteKey) Close() error {
+	rk.res.Close()
+	return nil
+}
