@@ -210,6 +210,14 @@ func (md MD) PackMkey(h Memh, addr unsafe.Pointer, n uintptr, export bool, out [
 	return ov != 0, st
 }
 
+// PackMkeyV1 packs h's rkey through the installed v1 uct_md_mkey_pack; it
+// is for the ABI self-test, which compares it with PackMkey.
+func (md MD) PackMkeyV1(h Memh, out []byte) (overrun bool, st Status) {
+	var ov C.int
+	st = Status(C.ucxgo_mkey_pack_v1(md.p, h.p, bytesPtr(out), C.size_t(len(out)), &ov))
+	return ov != 0, st
+}
+
 // Attach imports an exported mkey (uct_md_mem_attach). The caller has
 // checked that md can export and that len(buf) is its exported packed size.
 func (md MD) Attach(buf []byte, hideErrors bool) (Memh, Status) {

@@ -257,9 +257,11 @@ ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem)
 #define UCXGO_PACK_SCRATCH 1024
 #define UCXGO_GUARD_BYTE   0xa5
 
-ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
-                             size_t length, int export_key, void *out,
-                             size_t out_size, int *overrun)
+/* Runs one pack into a guarded scratch area, then copies out_size bytes. */
+static ucs_status_t ucxgo_guarded_pack(uct_md_h md, uct_mem_h memh,
+                                       void *address, size_t length,
+                                       int export_key, int v1, void *out,
+                                       size_t out_size, int *overrun)
 {
     ucxgo_uct_md_mkey_pack_params_t params;
     uint8_t stack_buf[UCXGO_PACK_SCRATCH];
@@ -279,11 +281,15 @@ ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
 
     params.field_mask = UCXGO_MKEY_PACK_FIELD_FLAGS;
     params.flags      = export_key ? UCXGO_MKEY_PACK_FLAG_EXPORT : 0;
+    if (v1) {
+        status = uct_md_mkey_pack(md, memh, scratch);
+    } else {
 #if UCXGO_UCT_MINOR >= 16
-    status = uct_md_mkey_pack_v2(md, memh, address, length, &params, scratch);
+        status = uct_md_mkey_pack_v2(md, memh, address, length, &params, scratch);
 #else
-    status = uct_md_mkey_pack_v2(md, memh, &params, scratch);
+        status = uct_md_mkey_pack_v2(md, memh, &params, scratch);
 #endif
+    }
     if (status == UCS_OK) {
         for (i = out_size; i < total; ++i) {
             if (scratch[i] != UCXGO_GUARD_BYTE) {
@@ -299,6 +305,20 @@ ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
         free(scratch);
     }
     return status;
+}
+
+ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
+                             size_t length, int export_key, void *out,
+                             size_t out_size, int *overrun)
+{
+    return ucxgo_guarded_pack(md, memh, address, length, export_key, 0, out,
+                              out_size, overrun);
+}
+
+ucs_status_t ucxgo_mkey_pack_v1(uct_md_h md, uct_mem_h memh, void *out,
+                                size_t out_size, int *overrun)
+{
+    return ucxgo_guarded_pack(md, memh, NULL, 0, 0, 1, out, out_size, overrun);
 }
 
 ucs_status_t ucxgo_mem_attach(uct_md_h md, const void *buf, size_t size,

@@ -1,6 +1,7 @@
 package uct
 
 import (
+	"encoding/json"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -113,4 +114,17 @@ func bitNames(v uint64, names []string, unknown string) []string {
 		}
 	}
 	return out
+}
+
+// MarshalJSON writes the flags as a list of names.
+func (f MDFlags) MarshalJSON() ([]byte, error) { return json.Marshal(nonNil(f.Names())) }
+
+// MarshalJSON writes the set as a list of names.
+func (s MemoryTypes) MarshalJSON() ([]byte, error) { return json.Marshal(nonNil(s.Names())) }
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

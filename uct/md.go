@@ -43,9 +43,9 @@ type MDOption func(*mdOptions)
 
 type mdOptions struct{ config []string }
 
-// WithConfig sets an MD configuration value before the MD is opened, as
-// uct_config_modify does; name is the variable without the UCX_ prefix and
-// component prefix, e.g. WithConfig("DIR", "/dev/shm") for posix.
+// WithConfig sets an MD configuration value before the MD is opened
+// (uct_config_modify): name is the environment variable without "UCX_",
+// e.g. WithConfig("POSIX_DIR", "/dev/shm") or WithConfig("IB_MLX5_DEVX", "n").
 func WithConfig(name, value string) MDOption {
 	return func(o *mdOptions) { o.config = append(o.config, name, value) }
 }
@@ -148,27 +148,27 @@ func (m *MD) enter(op string) error {
 
 // Attr are an MD's attributes (uct_md_attr_v2_t).
 type Attr struct {
-	ComponentName          string
-	Flags                  MDFlags
-	MaxAlloc               uint64 // largest allocation
-	MaxReg                 uint64 // largest registration
-	RegMemTypes            MemoryTypes
-	RegNonblockMemTypes    MemoryTypes
-	CacheMemTypes          MemoryTypes
-	GVAMemTypes            MemoryTypes
-	DetectMemTypes         MemoryTypes
-	AllocMemTypes          MemoryTypes
-	AccessMemTypes         MemoryTypes
-	DMABufMemTypes         MemoryTypes
-	RegCostFixed           float64 // registration cost: seconds, fixed part
-	RegCostPerByte         float64 // registration cost: seconds per byte
-	RkeyPackedSize         int
-	ExportedMkeyPackedSize int
-	RegAlignment           uint64
-	LocalCPUs              [16]uint64
+	ComponentName          string      `json:"component_name"`
+	Flags                  MDFlags     `json:"flags"`
+	MaxAlloc               uint64      `json:"max_alloc"` // largest allocation
+	MaxReg                 uint64      `json:"max_reg"`   // largest registration
+	RegMemTypes            MemoryTypes `json:"reg_mem_types"`
+	RegNonblockMemTypes    MemoryTypes `json:"reg_nonblock_mem_types"`
+	CacheMemTypes          MemoryTypes `json:"cache_mem_types"`
+	GVAMemTypes            MemoryTypes `json:"gva_mem_types"`
+	DetectMemTypes         MemoryTypes `json:"detect_mem_types"`
+	AllocMemTypes          MemoryTypes `json:"alloc_mem_types"`
+	AccessMemTypes         MemoryTypes `json:"access_mem_types"`
+	DMABufMemTypes         MemoryTypes `json:"dmabuf_mem_types"`
+	RegCostFixed           float64     `json:"reg_cost_fixed"`    // registration cost: seconds, fixed part
+	RegCostPerByte         float64     `json:"reg_cost_per_byte"` // registration cost: seconds per byte
+	RkeyPackedSize         int         `json:"rkey_packed_size"`
+	ExportedMkeyPackedSize int         `json:"exported_mkey_packed_size"`
+	RegAlignment           uint64      `json:"reg_alignment"`
+	LocalCPUs              [16]uint64  `json:"-"`
 	// GlobalID identifies the device across processes ("ib" + system image
 	// GUID for IB MDs); nil when the MD reports an all-zero id.
-	GlobalID []byte
+	GlobalID []byte `json:"global_id"`
 }
 
 func newAttr(a cgo.MDAttr) Attr {

@@ -89,6 +89,9 @@ ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem);
 ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
                              size_t length, int export_key, void *out,
                              size_t out_size, int *overrun);
+/* The same through the installed v1 uct_md_mkey_pack, for the ABI self-test. */
+ucs_status_t ucxgo_mkey_pack_v1(uct_md_h md, uct_mem_h memh, void *out,
+                                size_t out_size, int *overrun);
 ucs_status_t ucxgo_mem_attach(uct_md_h md, const void *buf, size_t size,
                               int hide_errors, uct_mem_h *memh_p);
 ucs_status_t ucxgo_rkey_unpack(uct_component_h component, const void *buf,

@@ -1,0 +1,38 @@
+# ucx-go. The two commands of the README:
+#   make info   the main job: UCX versions, memory domains, export capability
+#   make test   vet + tests (-race, and again with GOEXPERIMENT=cgocheck2)
+# Both run natively when pkg-config finds a supported UCX, else inside a
+# cached Debian root filesystem (ci/rootfs.sh); UCX_SUITE=forky picks 1.23.
+
+GO ?= go
+GOTEST_FLAGS ?= -count=1 -timeout 20m
+
+# Go's build cache does not hash C headers outside a package's directory:
+# key cgo builds on include/ and on the UCX release through CGO_CFLAGS.
+HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
+UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
+export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
+
+.PHONY: test info test-native info-native check-guards
+
+test:
+	@ci/run.sh test-native
+
+info:
+	@ci/run.sh info-native
+
+test-native:
+	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
+	$(GO) vet ./...
+	@echo "== UCX $$(pkg-config --modversion ucx): go test -race"
+	$(GO) test -race $(GOTEST_FLAGS) ./...
+	@echo "== UCX $$(pkg-config --modversion ucx): go test with GOEXPERIMENT=cgocheck2"
+	GOEXPERIMENT=cgocheck2 $(GO) test $(GOTEST_FLAGS) ./...
+
+info-native:
+	$(GO) run ./examples/doctor
+
+# The build-time and run-time version guards, against real other releases.
+check-guards:
+	ci/check-version-guard.sh
+	ci/check-version-mismatch.sh

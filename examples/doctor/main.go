@@ -1,0 +1,98 @@
+// Command doctor reports the UCX release ucx-go was built against and the one
+// it loaded, every UCT component and memory domain, and whether each memory
+// domain can export memory keys (and why not).
+//
+//	doctor [-json]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ucxgo/ucx/uct"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+type report struct {
+	Built   string         `json:"ucx_built"`
+	Loaded  string         `json:"ucx_loaded"`
+	MDs     []uct.MDReport `json:"memory_domains"`
+	Exports int            `json:"export_capable"`
+}
+
+func main() {
+	asJSON := flag.Bool("json", false, "print the report as JSON")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-json]\n\nReports UCX versions and which memory domains can export memory keys.\n\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+
+	r := report{Built: ucs.FormatVersion(ucs.BuiltVersion()), Loaded: ucs.FormatVersion(ucs.LoadedVersion())}
+	if err := ucs.CheckVersion(); err != nil {
+		fmt.Fprintln(os.Stderr, "doctor:", err)
+		os.Exit(1)
+	}
+	mds, err := uct.Probe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doctor:", err)
+		os.Exit(1)
+	}
+	r.MDs = mds
+	for _, m := range mds {
+		if m.CanExport {
+			r.Exports++
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintln(os.Stderr, "doctor:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	printText(r)
+}
+
+func printText(r report) {
+	fmt.Printf("UCX built against %s, loaded %s\n\n", r.Built, r.Loaded)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "COMPONENT\tMD\tFLAGS\tRKEY\tEXPORTED\tGLOBAL ID\tEXPORT")
+	for _, m := range r.MDs {
+		if m.Attr == nil {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\tcannot export: %s\n", m.Component, m.Reason)
+			continue
+		}
+		verdict := "CAN EXPORT"
+		if !m.CanExport {
+			verdict = "cannot export: " + m.Reason
+		}
+		gid := "-"
+		if len(m.Attr.GlobalID) > 0 {
+			gid = fmt.Sprintf("%x", m.Attr.GlobalID)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Component, m.MD, orDash(m.Attr.Flags.String()),
+			m.Attr.RkeyPackedSize, m.Attr.ExportedMkeyPackedSize, gid, verdict)
+	}
+	w.Flush()
+	fmt.Println()
+	if r.Exports == 0 {
+		fmt.Println("No memory domain can export memory keys here: the exported-key (cross-GVMI) path needs an")
+		fmt.Println("mlx5 DevX device (ConnectX-6 Dx or later, BlueField-2/3); rkey-based RMA still works.")
+	} else {
+		fmt.Printf("%d memory domain(s) can export memory keys.\n", r.Exports)
+	}
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
