@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ucxgo/ucx/uct"
 	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
 )
 
 // The memory domains every supported UCX offers on any Linux machine.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ucxgo/ucx/uct"
 	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
 )
 
 type report struct {
