@@ -48,10 +48,15 @@ bind "$goroot"
 bind "$gomodcache"
 bind "$gocache"
 
+# Go's build cache does not hash C headers outside a package's directory:
+# key cgo builds on include/ and the suite (the Makefile does the same).
+cgo_cflags="-O2 -g -DUCXGO_HEADERS_$(cat "$root"/include/ucxgo/*.h | sha256sum | cut -c1-16)=1 -DUCXGO_SUITE_$suite=1"
+
 cd "$root"
 chroot "$rootfs" /usr/bin/env -i \
 	HOME=/root TERM="${TERM:-dumb}" PATH="$goroot/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	GOROOT="$goroot" GOMODCACHE="$gomodcache" GOCACHE="$gocache" GOPROXY=off GOTOOLCHAIN=local \
+	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" \
 	CI="${CI:-}" UCX_SUITE="$suite" UCX_GO_ROOTFS="$suite" \
 	${GOEXPERIMENT:+GOEXPERIMENT=$GOEXPERIMENT} ${TESTFLAGS:+TESTFLAGS="$TESTFLAGS"} \
 	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"
