@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/uct"
+)
+
+// The test binary doubles as the doctor when re-executed with this variable.
+func TestMain(m *testing.M) {
+	if os.Getenv("UCXGO_RUN_DOCTOR") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runDoctor(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "UCXGO_RUN_DOCTOR=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "doctor failed:\n%s", out)
+	return string(out)
+}
+
+func TestDoctorListsEveryMDWithVerdict(t *testing.T) {
+	out := runDoctor(t)
+	assert.Regexp(t, `UCX built against 1\.\d+\.\d+, loaded 1\.\d+\.\d+`, out)
+	reports, err := uct.Probe()
+	require.NoError(t, err)
+	for _, name := range []string{"self", "tcp", "sysv", "posix", "cma"} {
+		line := regexp.MustCompile(`(?m)^\S+\s+` + name + `\s+.*$`).FindString(out)
+		require.NotEmpty(t, line, "no line for md %q in:\n%s", name, out)
+		for _, r := range reports {
+			if r.MD == name && !r.CanExport {
+				assert.Contains(t, line, "cannot export: md lacks UCT_MD_FLAG_EXPORTED_MKEY")
+			}
+		}
+	}
+}
+
+func TestDoctorJSON(t *testing.T) {
+	var r report
+	require.NoError(t, json.Unmarshal([]byte(runDoctor(t, "-json")), &r))
+	assert.NotEmpty(t, r.Built)
+	assert.Equal(t, r.Built, r.Loaded)
+	names := map[string]bool{}
+	for _, m := range r.MDs {
+		names[m.MD] = true
+		if !m.CanExport {
+			assert.NotEmpty(t, m.Reason, "md %q: a verdict without a reason", m.MD)
+		}
+	}
+	for _, name := range []string{"self", "tcp", "sysv", "posix", "cma"} {
+		assert.True(t, names[name], "md %q missing from JSON", name)
+	}
+}
