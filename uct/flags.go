@@ -2,6 +2,7 @@ package uct
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -127,4 +128,41 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// UnmarshalJSON reads the list of names MarshalJSON writes.
+func (f *MDFlags) UnmarshalJSON(b []byte) error {
+	v, err := unmarshalNames(b, mdFlagNames, "bit")
+	*f = MDFlags(v)
+	return err
+}
+
+// UnmarshalJSON reads the list of names MarshalJSON writes.
+func (s *MemoryTypes) UnmarshalJSON(b []byte) error {
+	v, err := unmarshalNames(b, memoryTypeNames, "type")
+	*s = MemoryTypes(v)
+	return err
+}
+
+func unmarshalNames(b []byte, names []string, unknown string) (uint64, error) {
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return 0, err
+	}
+	var v uint64
+next:
+	for _, name := range list {
+		for i, n := range names {
+			if n == name {
+				v |= 1 << i
+				continue next
+			}
+		}
+		bit, err := strconv.Atoi(strings.TrimPrefix(name, unknown))
+		if err != nil || !strings.HasPrefix(name, unknown) || bit < 0 || bit > 63 {
+			return 0, fmt.Errorf("uct: unknown flag name %q", name)
+		}
+		v |= 1 << bit
+	}
+	return v, nil
 }

@@ -2,6 +2,7 @@ package uct_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"runtime"
 	"syscall"
@@ -377,4 +378,23 @@ func TestLeakedHandlesReleased(t *testing.T) {
 	}
 	assert.Equal(t, base, ucs.LiveHandles())
 	assert.Equal(t, leaked+2, ucs.LeakedHandles())
+}
+
+func TestFlagsJSONRoundTrip(t *testing.T) {
+	f := uct.FlagAlloc | uct.FlagExportedMkey | uct.MDFlags(1<<40)
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	assert.Equal(t, `["ALLOC","EXPORTED_MKEY","bit40"]`, string(b))
+	var back uct.MDFlags
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, f, back)
+	require.Error(t, json.Unmarshal([]byte(`["NOPE"]`), &back))
+
+	m := uct.MemoryTypes(1<<uct.MemoryHost | 1<<uct.MemoryCUDA)
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	assert.Equal(t, `["host","cuda"]`, string(b))
+	var mb uct.MemoryTypes
+	require.NoError(t, json.Unmarshal(b, &mb))
+	assert.Equal(t, m, mb)
 }
