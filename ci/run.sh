@@ -16,7 +16,7 @@ if [ -z "${UCX_SUITE:-}" ]; then
 		echo "ci: using the host's UCX $found" >&2
 		exec make --no-print-directory "$target"
 	fi
-	echo "ci: host UCX ${found:-not found} is not a supported release ($supported); using the trixie root filesystem" >&2
+	echo "ci: the host has ${found:+UCX $found, }no supported UCX ($supported); using the trixie root filesystem" >&2
 fi
 suite=${UCX_SUITE:-trixie}
 exec "$here/in-rootfs.sh" "$suite" make --no-print-directory "$target"
