@@ -1,7 +1,52 @@
-// Package ucp will be the UCP layer of ucx-go: contexts, workers,
-// endpoints, memory mapping with export (ucp_memh_pack with
-// UCP_MEMH_PACK_FLAG_EXPORT) and import (ucp_mem_map with
-// exported_memh_buffer), remote keys, RMA and active messages. It builds on
-// package cgo for every C call, package ucs for errors and the ownership
-// model of package uct. It is empty until that work lands.
+// Package ucp is the UCP layer of ucx-go: contexts, workers, endpoints,
+// memory mapping with export and import of memory handles, remote keys,
+// RMA (put/get), active messages and flush.
+//
+// A host exporter maps memory and exports it; a DPU importer imports the
+// descriptor and drives RDMA on the host's memory:
+//
+//	mem, _ := ctx.MemMap(ucp.Allocate(1 << 20))
+//	desc, err := mem.Export() // ucs.ErrUnsupported where no MD can export
+//	...
+//	imported, err := ctx.MemMap(ucp.Import(desc)) // validated in Go first
+//
+// Where no memory domain can export (anything but mlx5 DevX hardware), the
+// same program falls back to PackRkey / Endpoint.UnpackRkey and RMA.
+//
+// # Ownership
+//
+// Every handle has an idempotent Close and follows the rule of package uct:
+// Close marks the handle closed at once (its methods then return an error
+// wrapping ucs.ErrClosed) and the UCX object is released when nothing
+// derived from it is still open. A worker keeps its context alive, an
+// endpoint or listener its worker, a mapping its context, a remote key its
+// endpoint, and a request in flight its worker. Handles garbage collected
+// without Close are released by cleanups and counted by ucs.LeakedHandles.
+// Every Request must be waited for (Wait or Test until done) or cancelled;
+// until then it keeps its worker's UCX object alive.
+//
+// # Threads
+//
+// Every handle may be used from any goroutine. Each worker serializes its
+// UCX calls with a mutex (goroutines move between OS threads, so UCX's
+// "single" thread mode is never safe by itself); workers are created
+// UCS_THREAD_MODE_SERIALIZED unless asked otherwise, and contexts share
+// workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
+// Close, Accept) sleep in Go's netpoller on the worker's event fd, not
+// holding the mutex, and honour their context.Context.
+//
+// # Progress
+//
+// UCX makes progress only when a worker is progressed. Put and get over
+// posix, sysv and tcp are emulated with active messages and complete only
+// while the worker of the side that owns the memory progresses: the owner
+// (a host exporter in rkey mode) must run Worker.Run in a goroutine, or
+// block in Wait, for its peers' operations to finish. Active-message
+// handlers run inside Progress, on the progressing goroutine, and must not
+// block.
+//
+// # Errors
+//
+// Errors are *ucs.Error values (see package ucs); test causes with errors.Is,
+// e.g. errors.Is(err, ucs.ErrUnreachable).
 package ucp

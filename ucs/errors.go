@@ -20,6 +20,9 @@ type Error struct {
 	Op     string // what was attempted, e.g. `uct: export mkey on md "tcp"`
 	Err    error  // the cause: a Status or a Go-side sentinel
 	Reason string // why, when more is known than the cause says
+	// Wrapped is a second cause errors.Is also matches, e.g. the
+	// context.DeadlineExceeded behind an ErrTimedOut.
+	Wrapped error
 }
 
 func (e *Error) Error() string {
@@ -27,11 +30,19 @@ func (e *Error) Error() string {
 	if e.Reason != "" {
 		msg += ": " + e.Reason
 	}
+	if e.Wrapped != nil {
+		msg += " (" + e.Wrapped.Error() + ")"
+	}
 	return msg
 }
 
-// Unwrap returns the cause, so that errors.Is(err, ErrUnsupported) works.
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the causes, so that errors.Is(err, ErrUnsupported) works.
+func (e *Error) Unwrap() []error {
+	if e.Wrapped != nil {
+		return []error{e.Err, e.Wrapped}
+	}
+	return []error{e.Err}
+}
 
 // Status is the UCX status of the error, or OK for a Go-side cause.
 func (e *Error) Status() Status {

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ucxgo/ucx/uct"
 	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
 )
 
 // A host exporter checks for an export-capable memory domain first.

@@ -99,5 +99,7 @@ ucs_status_t ucxgo_rkey_unpack(uct_component_h component, const void *buf,
 ucs_status_t ucxgo_rkey_release(uct_component_h component,
                                 const uct_rkey_bundle_t *bundle);
 
+#include "ucp_shim.h"
+
 #endif /* UCXGO_UNSUPPORTED */
 #endif

@@ -98,6 +98,32 @@ func (r *Resource) Close() bool {
 	return true
 }
 
+// Acquire takes an extra reference, keeping the C object alive past Close
+// (for work in flight, such as a pending request); false if r is closed.
+func (r *Resource) Acquire() bool {
+	if !r.Enter() {
+		return false
+	}
+	r.refs.Add(1)
+	r.Exit()
+	return true
+}
+
+// SetRelease replaces the release function (nil: nothing to free), for a
+// C object that UCX took over. Call it before Close.
+func (r *Resource) SetRelease(release func()) {
+	r.mu.Lock()
+	r.release = release
+	r.mu.Unlock()
+}
+
+// Ref takes an extra reference like Acquire, for a caller between Enter
+// and Exit (so r cannot be closed under it).
+func (r *Resource) Ref() { r.refs.Add(1) }
+
+// Release drops a reference taken by Acquire or Ref.
+func (r *Resource) Release() { r.unref() }
+
 func (r *Resource) unref() {
 	if r.refs.Add(-1) != 0 {
 		return

@@ -1,0 +1,373 @@
+package cgo
+
+/*
+#include "ucxgo/shim.h"
+
+static inline uintptr_t ucxgo_ptr_value(ucs_status_ptr_t p) { return (uintptr_t)p; }
+*/
+import "C"
+
+import (
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
+
+// UCP feature bits (UCP_FEATURE_*), the same in every supported release.
+const (
+	FeatureTag          = 0x1
+	FeatureRMA          = 0x2
+	FeatureAMO32        = 0x4
+	FeatureAMO64        = 0x8
+	FeatureWakeup       = 0x10
+	FeatureStream       = 0x20
+	FeatureAM           = 0x40
+	FeatureExportedMemh = 0x80
+)
+
+// Context is a UCP context.
+type Context struct{ p C.ucp_context_h }
+
+// ContextInfo is what ucp_context_query reports.
+type ContextInfo struct {
+	RequestSize, ThreadMode, MemoryTypes uint64
+	Name                                 string
+}
+
+// Init creates a UCP context with features, after applying the config
+// modifications kv (key, value, ...). On a failed modification, failed is
+// the index of its pair.
+func Init(features uint64, mtWorkersShared bool, kv []string, name string) (ctx Context, failed int, st Status) {
+	var buf strings.Builder
+	for _, s := range kv {
+		buf.WriteString(s)
+		buf.WriteByte(0)
+	}
+	ckv := C.CString(buf.String())
+	defer C.free(unsafe.Pointer(ckv))
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var failedC C.unsigned
+	st = Status(C.ucxgo_ucp_init(C.uint64_t(features), boolInt(mtWorkersShared), ckv, C.unsigned(len(kv)/2), cname, &ctx.p, &failedC))
+	return ctx, int(failedC), st
+}
+
+// Cleanup destroys the context.
+func (c Context) Cleanup() { C.ucp_cleanup(c.p) }
+
+// Query describes the context.
+func (c Context) Query() (ContextInfo, Status) {
+	var info C.ucxgo_context_info_t
+	if st := Status(C.ucxgo_ucp_query(c.p, &info)); st != 0 {
+		return ContextInfo{}, st
+	}
+	return ContextInfo{uint64(info.request_size), uint64(info.thread_mode), uint64(info.memory_types), C.GoString(&info.name[0])}, 0
+}
+
+func boolInt(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Worker is a UCP worker with the shim's queues.
+type Worker struct{ p *C.ucxgo_worker_t }
+
+// CreateWorker creates a worker with the given ucs_thread_mode_t.
+func (c Context) CreateWorker(threadMode int) (Worker, Status) {
+	var w Worker
+	st := Status(C.ucxgo_worker_create(c.p, C.int(threadMode), &w.p))
+	return w, st
+}
+
+// Destroy destroys the worker, dropping queued messages.
+func (w Worker) Destroy() { C.ucxgo_worker_destroy(w.p) }
+
+// Address is the worker's packed address.
+func (w Worker) Address() ([]byte, Status) {
+	buf := make([]byte, 1024)
+	for {
+		var n C.size_t
+		st := Status(C.ucxgo_worker_address(w.p, bytesPtr(buf), C.size_t(len(buf)), &n))
+		if st == -11 && int(n) > len(buf) { // UCS_ERR_BUFFER_TOO_SMALL
+			buf = make([]byte, int(n))
+			continue
+		}
+		if st != 0 {
+			return nil, st
+		}
+		return buf[:n], 0
+	}
+}
+
+// Progress runs ucp_worker_progress once.
+func (w Worker) Progress() uint { return uint(C.ucxgo_worker_progress(w.p)) }
+
+// Events is bumped by every shim callback that queued work (a message, a
+// connection request, an endpoint error). Reading it is not a cgo call.
+func (w Worker) Events() uint64 { return uint64(w.p.events) }
+
+// AMDropped counts messages the shim could not queue (out of memory).
+func (w Worker) AMDropped() uint64 { return uint64(w.p.am_dropped) }
+
+// EventFD is the worker's event file descriptor (UCP_FEATURE_WAKEUP).
+func (w Worker) EventFD() (int, Status) {
+	var fd C.int
+	st := Status(C.ucxgo_worker_efd(w.p, &fd))
+	return int(fd), st
+}
+
+// Arm arms the event fd; UCS_ERR_BUSY means there is work to progress.
+func (w Worker) Arm() Status { return Status(C.ucxgo_worker_arm(w.p)) }
+
+// Signal wakes a thread blocked on the event fd; safe from any thread.
+func (w Worker) Signal() Status { return Status(C.ucxgo_worker_signal(w.p)) }
+
+// Flush starts a worker flush.
+func (w Worker) Flush() Request { return request(C.ucxgo_worker_flush(w.p)) }
+
+// AMHandler is a registered active-message handler.
+type AMHandler struct{ p *C.ucxgo_am_handler_t }
+
+// SetAMHandler routes messages of id into the worker's queue.
+func (w Worker) SetAMHandler(id uint) (AMHandler, Status) {
+	var h AMHandler
+	st := Status(C.ucxgo_worker_set_am_handler(w.p, C.unsigned(id), &h.p))
+	return h, st
+}
+
+// ClearAMHandler removes the handler of id.
+func (w Worker) ClearAMHandler(id uint, h AMHandler) {
+	C.ucxgo_worker_clear_am_handler(w.p, C.unsigned(id), h.p)
+}
+
+// AMMessage is one received active message, copied out of C.
+type AMMessage struct {
+	ID       uint
+	Header   []byte
+	Data     []byte // eager data; nil for rendezvous
+	Length   int    // data length (also for rendezvous)
+	Rndv     bool
+	DataDesc unsafe.Pointer // rendezvous descriptor, C memory owned by UCX
+	ReplyEP  unsafe.Pointer // C ucp_ep_h, or nil
+}
+
+// TakeAM drains the worker's message queue.
+func (w Worker) TakeAM(out []AMMessage) []AMMessage {
+	m := C.ucxgo_worker_take_am(w.p)
+	for m != nil {
+		next := m.next
+		msg := AMMessage{
+			ID: uint(m.id), Length: int(m.length), Rndv: m.rndv != 0,
+			DataDesc: m.data_desc, ReplyEP: unsafe.Pointer(m.reply_ep),
+		}
+		if m.header_length > 0 {
+			msg.Header = C.GoBytes(unsafe.Pointer(m.header), C.int(m.header_length))
+		}
+		if !msg.Rndv && m.length > 0 {
+			msg.Data = C.GoBytes(unsafe.Pointer(m.data), C.int(m.length))
+		}
+		out = append(out, msg)
+		C.ucxgo_am_msg_free(w.p, m)
+		m = next
+	}
+	return out
+}
+
+// AMRecvData receives rendezvous data into buf (or mapped memory).
+func (w Worker) AMRecvData(desc unsafe.Pointer, buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
+	return request(C.ucxgo_am_recv_data(w.p, desc, buf, C.size_t(n), memh.p))
+}
+
+// AMDataRelease drops rendezvous data that will not be received.
+func (w Worker) AMDataRelease(desc unsafe.Pointer) { C.ucxgo_am_data_release(w.p, desc) }
+
+// Listener is a UCP listener with its queue of connection requests.
+type Listener struct{ p *C.ucxgo_listener_t }
+
+// Conn is a pending connection request.
+type Conn struct{ p *C.ucxgo_conn_t }
+
+// ClientAddr is the address the request came from.
+func (c Conn) ClientAddr() netip.AddrPort { return fromSockaddr(&c.p.client_addr) }
+
+// Listen creates a listener on addr; bound is the address it got.
+func (w Worker) Listen(addr netip.AddrPort) (l Listener, bound netip.AddrPort, st Status) {
+	sa, n := toSockaddr(addr)
+	var out C.struct_sockaddr_storage
+	st = Status(C.ucxgo_listener_create(w.p, (*C.struct_sockaddr)(unsafe.Pointer(&sa)), C.socklen_t(n), &l.p, &out))
+	if st != 0 {
+		return l, bound, st
+	}
+	return l, fromSockaddr(&out), 0
+}
+
+// Destroy destroys the listener and drops pending requests.
+func (l Listener) Destroy() { C.ucxgo_listener_destroy(l.p) }
+
+// Take pops one pending connection request.
+func (l Listener) Take() (Conn, bool) {
+	c := C.ucxgo_listener_take(l.p)
+	return Conn{c}, c != nil
+}
+
+// Pending reports whether requests are queued (not a cgo call).
+func (l Listener) Pending() bool { return l.p.head != nil }
+
+// Reject rejects and frees a connection request.
+func (l Listener) Reject(c Conn) Status { return Status(C.ucxgo_listener_reject(l.p, c.p)) }
+
+// Endpoint is a UCP endpoint with the error its handler recorded.
+type Endpoint struct{ p *C.ucxgo_ep_t }
+
+// Handle is the C ucp_ep_h, for matching reply endpoints.
+func (e Endpoint) Handle() unsafe.Pointer { return unsafe.Pointer(e.p.ep) }
+
+// Error is the status the endpoint's error handler recorded, 0 if none
+// (not a cgo call).
+func (e Endpoint) Error() Status { return Status(e.p.error) }
+
+// ConnectAddress creates an endpoint to a worker address.
+func (w Worker) ConnectAddress(addr []byte, peerErr bool) (Endpoint, Status) {
+	var e Endpoint
+	st := Status(C.ucxgo_ep_create_addr(w.p, bytesPtr(addr), boolInt(peerErr), &e.p))
+	return e, st
+}
+
+// ConnectSockaddr creates a client-server endpoint to a listener.
+func (w Worker) ConnectSockaddr(addr netip.AddrPort, peerErr bool) (Endpoint, Status) {
+	var e Endpoint
+	sa, n := toSockaddr(addr)
+	st := Status(C.ucxgo_ep_create_sockaddr(w.p, (*C.struct_sockaddr)(unsafe.Pointer(&sa)), C.socklen_t(n), boolInt(peerErr), &e.p))
+	return e, st
+}
+
+// Accept creates an endpoint from a connection request (and frees it).
+func (w Worker) Accept(c Conn, peerErr bool) (Endpoint, Status) {
+	var e Endpoint
+	st := Status(C.ucxgo_ep_create_conn(w.p, c.p, boolInt(peerErr), &e.p))
+	return e, st
+}
+
+// Close starts ucp_ep_close_nbx (flush, or force).
+func (e Endpoint) Close(force bool) Request { return request(C.ucxgo_ep_close(e.p, boolInt(force))) }
+
+// Free frees the shim's endpoint record once the close completed.
+func (e Endpoint) Free() { C.ucxgo_ep_free(e.p) }
+
+// Flush starts an endpoint flush.
+func (e Endpoint) Flush() Request { return request(C.ucxgo_ep_flush(e.p)) }
+
+// MemHandle is a ucp_mem_h.
+type MemHandle struct{ p C.ucp_mem_h }
+
+// IsNil reports whether h is the null handle.
+func (h MemHandle) IsNil() bool { return h.p == nil }
+
+// MemMap maps memory: allocate, register [addr, addr+n), or import the
+// exported descriptor exported (already validated by the caller).
+func (c Context) MemMap(addr unsafe.Pointer, n uintptr, allocate bool, prot uint, memType int, exported []byte) (h MemHandle, base unsafe.Pointer, length uintptr, st Status) {
+	var outLen C.size_t
+	st = Status(C.ucxgo_mem_map(c.p, addr, C.size_t(n), boolInt(allocate), C.unsigned(prot), C.int(memType), bytesPtr(exported), &h.p, &base, &outLen))
+	return h, base, uintptr(outLen), st
+}
+
+// MemUnmap unmaps a mapping.
+func (c Context) MemUnmap(h MemHandle) Status { return Status(C.ucxgo_mem_unmap(c.p, h.p)) }
+
+// packInto runs a pack shim into a stack-sized buffer first, then exactly.
+func packInto(pack func(out []byte, n *C.size_t) Status) ([]byte, Status) {
+	buf := make([]byte, 256)
+	var n C.size_t
+	st := pack(buf, &n)
+	if st == -11 && int(n) > len(buf) {
+		buf = make([]byte, int(n))
+		st = pack(buf, &n)
+	}
+	if st != 0 {
+		return nil, st
+	}
+	return buf[:n], 0
+}
+
+// ExportMemh packs h with UCP_MEMH_PACK_FLAG_EXPORT (never without: that
+// aborts the process) and returns a Go copy of the descriptor.
+func (c Context) ExportMemh(h MemHandle) ([]byte, Status) {
+	return packInto(func(out []byte, n *C.size_t) Status {
+		return Status(C.ucxgo_memh_export(c.p, h.p, bytesPtr(out), C.size_t(len(out)), n))
+	})
+}
+
+// PackRkey packs h's remote key (ucp_rkey_pack) into a Go copy.
+func (c Context) PackRkey(h MemHandle) ([]byte, Status) {
+	return packInto(func(out []byte, n *C.size_t) Status {
+		return Status(C.ucxgo_rkey_pack(c.p, h.p, bytesPtr(out), C.size_t(len(out)), n))
+	})
+}
+
+// Rkey is an unpacked UCP remote key.
+type Rkey struct{ p C.ucp_rkey_h }
+
+// UnpackRkey unpacks a packed rkey for e.
+func (e Endpoint) UnpackRkey(buf []byte) (Rkey, Status) {
+	var r Rkey
+	st := Status(C.ucxgo_ep_rkey_unpack(e.p, bytesPtr(buf), C.size_t(len(buf)), &r.p))
+	return r, st
+}
+
+// Destroy destroys the remote key.
+func (r Rkey) Destroy() { C.ucxgo_rkey_destroy(r.p) }
+
+// Put starts ucp_put_nbx of [buf, buf+n) to raddr.
+func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {
+	return request(C.ucxgo_put(e.p, buf, C.size_t(n), memh.p, C.uint64_t(raddr), rkey.p))
+}
+
+// Get starts ucp_get_nbx of n bytes at raddr into buf.
+func (e Endpoint) Get(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {
+	return request(C.ucxgo_get(e.p, buf, C.size_t(n), memh.p, C.uint64_t(raddr), rkey.p))
+}
+
+// AMSend starts ucp_am_send_nbx; the header is copied by UCX.
+func (e Endpoint) AMSend(id uint, header []byte, data unsafe.Pointer, n uintptr, memh MemHandle, flags uint) Request {
+	return request(C.ucxgo_am_send(e.p, C.unsigned(id), bytesPtr(header), C.size_t(len(header)), data, C.size_t(n), memh.p, C.unsigned(flags)))
+}
+
+// Request is the outcome of a non-blocking call: complete (P nil, St the
+// status) or in flight (P the UCP request, completion recorded in it).
+type Request struct {
+	P  unsafe.Pointer
+	St Status
+}
+
+func request(p C.ucs_status_ptr_t) Request {
+	v := uintptr(C.ucxgo_ptr_value(p))
+	switch {
+	case v == 0:
+		return Request{}
+	case v >= ^uintptr(99): // UCS_PTR_IS_ERR: (uintptr)UCS_ERR_LAST .. (uintptr)-1
+		return Request{St: Status(int8(int64(v)))}
+	}
+	return Request{P: unsafe.Pointer(p)}
+}
+
+// Done reports whether an in-flight request completed (not a cgo call).
+func (r Request) Done() bool {
+	return atomic.LoadInt32((*int32)(unsafe.Pointer(&(*C.ucxgo_req_t)(r.P).done))) != 0
+}
+
+// Result is a completed request's status and received length.
+func (r Request) Result() (Status, uint64) {
+	q := (*C.ucxgo_req_t)(r.P)
+	return Status(q.status), uint64(q.length)
+}
+
+// Release frees the request, cancelling it first if cancel and not done.
+func (w Worker) Release(r Request, cancel bool) {
+	C.ucxgo_request_release(w.p, r.P, boolInt(cancel))
+}
+
+// Cancel asks UCP to cancel an in-flight request.
+func (w Worker) Cancel(r Request) { C.ucxgo_request_cancel(w.p, r.P) }

@@ -1,0 +1,663 @@
+/* C side of the UCP shims declared in include/ucxgo/ucp_shim.h. */
+#include "ucxgo/shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- requests ---------------------------------------------------------- */
+
+static void ucxgo_req_init(void *request)
+{
+    memset(request, 0, sizeof(ucxgo_req_t));
+}
+
+static void ucxgo_req_complete(void *request, ucs_status_t status, size_t length)
+{
+    ucxgo_req_t *req = request;
+    req->status = status;
+    req->length = length;
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+static void ucxgo_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucxgo_req_complete(request, status, 0);
+}
+
+static void ucxgo_recv_am_cb(void *request, ucs_status_t status, size_t length,
+                             void *user_data)
+{
+    ucxgo_req_complete(request, status, length);
+}
+
+void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
+{
+    ucxgo_req_t *req = request;
+    if (cancel && !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
+        ucp_request_cancel(w->worker, request);
+    }
+    /* UCP reuses request memory; request_init runs only once per element. */
+    req->done   = 0;
+    req->status = 0;
+    req->length = 0;
+    ucp_request_free(request);
+}
+
+void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
+{
+    ucp_request_cancel(w->worker, request);
+}
+
+/* ---- context ----------------------------------------------------------- */
+
+ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
+                            const char *kv, unsigned kv_count,
+                            const char *name, ucp_context_h *ctx_p,
+                            unsigned *failed_kv)
+{
+    ucp_config_t *config;
+    ucp_params_t params;
+    ucs_status_t status;
+    const char *key, *value;
+    unsigned i;
+
+    status = ucp_config_read(NULL, NULL, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    for (i = 0, key = kv; i < kv_count; ++i) {
+        value  = key + strlen(key) + 1;
+        status = ucp_config_modify(config, key, value);
+        if (status != UCS_OK) {
+            *failed_kv = i;
+            goto out;
+        }
+        key = value + strlen(value) + 1;
+    }
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask        = UCP_PARAM_FIELD_FEATURES |
+                               UCP_PARAM_FIELD_REQUEST_SIZE |
+                               UCP_PARAM_FIELD_REQUEST_INIT |
+                               UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                               UCP_PARAM_FIELD_NAME;
+    params.features          = features;
+    params.request_size      = sizeof(ucxgo_req_t);
+    params.request_init      = ucxgo_req_init;
+    params.mt_workers_shared = mt_workers_shared;
+    params.name              = name;
+    status = ucp_init(&params, config, ctx_p);
+out:
+    ucp_config_release(config);
+    return status;
+}
+
+ucs_status_t ucxgo_ucp_query(ucp_context_h ctx, ucxgo_context_info_t *info)
+{
+    ucp_context_attr_t attr;
+    ucs_status_t status;
+
+    memset(&attr, 0, sizeof(attr));
+    memset(info, 0, sizeof(*info));
+    attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE | UCP_ATTR_FIELD_THREAD_MODE |
+                      UCP_ATTR_FIELD_MEMORY_TYPES | UCP_ATTR_FIELD_NAME;
+    status = ucp_context_query(ctx, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+    info->request_size = attr.request_size;
+    info->thread_mode  = attr.thread_mode;
+    info->memory_types = attr.memory_types;
+    strncpy(info->name, attr.name, sizeof(info->name) - 1);
+    return UCS_OK;
+}
+
+/* ---- worker ------------------------------------------------------------ */
+
+ucs_status_t ucxgo_worker_create(ucp_context_h ctx, int thread_mode,
+                                 ucxgo_worker_t **w_p)
+{
+    ucp_worker_params_t params;
+    ucxgo_worker_t *w;
+    ucs_status_t status;
+
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    memset(&params, 0, sizeof(params));
+    params.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    params.thread_mode = (ucs_thread_mode_t)thread_mode;
+    status = ucp_worker_create(ctx, &params, &w->worker);
+    if (status != UCS_OK) {
+        free(w);
+        return status;
+    }
+    *w_p = w;
+    return UCS_OK;
+}
+
+void ucxgo_worker_destroy(ucxgo_worker_t *w)
+{
+    ucxgo_am_msg_t *m;
+
+    while ((m = ucxgo_worker_take_am(w)) != NULL) {
+        while (m != NULL) {
+            ucxgo_am_msg_t *next = m->next;
+            ucxgo_am_msg_free(w, m);
+            m = next;
+        }
+    }
+    ucp_worker_destroy(w->worker);
+    free(w);
+}
+
+ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
+                                  size_t *len)
+{
+    ucp_address_t *addr;
+    ucs_status_t status;
+    size_t n;
+
+    status = ucp_worker_get_address(w->worker, &addr, &n);
+    if (status != UCS_OK) {
+        return status;
+    }
+    *len = n;
+    if (n <= cap) {
+        memcpy(buf, addr, n);
+    } else {
+        status = UCS_ERR_BUFFER_TOO_SMALL;
+    }
+    ucp_worker_release_address(w->worker, addr);
+    return status;
+}
+
+unsigned ucxgo_worker_progress(ucxgo_worker_t *w)
+{
+    return ucp_worker_progress(w->worker);
+}
+
+ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd)
+{
+    return ucp_worker_get_efd(w->worker, fd);
+}
+
+ucs_status_t ucxgo_worker_arm(ucxgo_worker_t *w)
+{
+    return ucp_worker_arm(w->worker);
+}
+
+ucs_status_t ucxgo_worker_signal(ucxgo_worker_t *w)
+{
+    return ucp_worker_signal(w->worker);
+}
+
+ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.cb.send      = ucxgo_send_cb;
+    return ucp_worker_flush_nbx(w->worker, &param);
+}
+
+/* ---- active messages --------------------------------------------------- */
+
+static ucs_status_t ucxgo_am_cb(void *arg, const void *header,
+                                size_t header_length, void *data,
+                                size_t length, const ucp_am_recv_param_t *param)
+{
+    ucxgo_am_handler_t *h = arg;
+    ucxgo_worker_t *w     = h->worker;
+    int rndv              = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    size_t copy           = header_length + (rndv ? 0 : length);
+    ucxgo_am_msg_t *m;
+
+    m = malloc(sizeof(*m) + copy);
+    if (m == NULL) {
+        ++w->am_dropped;
+        return UCS_OK; /* UCX releases eager data and drops rendezvous data */
+    }
+    m->next          = NULL;
+    m->id            = h->id;
+    m->rndv          = rndv;
+    m->data_desc     = rndv ? data : NULL;
+    m->reply_ep      = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
+                       param->reply_ep : NULL;
+    m->header_length = header_length;
+    m->length        = length;
+    m->header        = m->bytes;
+    m->data          = m->bytes + header_length;
+    if (header_length > 0) {
+        memcpy(m->header, header, header_length);
+    }
+    if (!rndv && length > 0) {
+        memcpy(m->data, data, length);
+    }
+    if (w->am_tail == NULL) {
+        w->am_head = m;
+    } else {
+        w->am_tail->next = m;
+    }
+    w->am_tail = m;
+    ++w->events;
+    /* Rendezvous data waits in UCX for ucp_am_recv_data_nbx or release. */
+    return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
+ucxgo_am_msg_t *ucxgo_worker_take_am(ucxgo_worker_t *w)
+{
+    ucxgo_am_msg_t *m = w->am_head;
+    w->am_head = w->am_tail = NULL;
+    return m;
+}
+
+void ucxgo_am_msg_free(ucxgo_worker_t *w, ucxgo_am_msg_t *m)
+{
+    free(m);
+}
+
+ucs_status_t ucxgo_worker_set_am_handler(ucxgo_worker_t *w, unsigned id,
+                                         ucxgo_am_handler_t **h_p)
+{
+    ucp_am_handler_param_t param;
+    ucxgo_am_handler_t *h;
+    ucs_status_t status;
+
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    h->worker        = w;
+    h->id            = id;
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    param.id         = id;
+    param.flags      = UCP_AM_FLAG_WHOLE_MSG;
+    param.cb         = ucxgo_am_cb;
+    param.arg        = h;
+    status = ucp_worker_set_am_recv_handler(w->worker, &param);
+    if (status != UCS_OK) {
+        free(h);
+        return status;
+    }
+    *h_p = h;
+    return UCS_OK;
+}
+
+void ucxgo_worker_clear_am_handler(ucxgo_worker_t *w, unsigned id,
+                                   ucxgo_am_handler_t *h)
+{
+    ucp_am_handler_param_t param;
+
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB;
+    param.id         = id;
+    param.cb         = NULL;
+    ucp_worker_set_am_recv_handler(w->worker, &param);
+    free(h);
+}
+
+ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
+                               size_t header_len, const void *data, size_t len,
+                               ucp_mem_h memh, unsigned flags)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send      = ucxgo_send_cb;
+    /* The header is copied, so Go need not keep it alive. */
+    param.flags        = flags | UCP_AM_SEND_FLAG_COPY_HEADER;
+    if (memh != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh          = memh;
+    }
+    return ucp_am_send_nbx(ep->ep, id, header, header_len, data, len, &param);
+}
+
+ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
+                                    size_t len, ucp_mem_h memh)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.cb.recv_am   = ucxgo_recv_am_cb;
+    if (memh != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh          = memh;
+    }
+    return ucp_am_recv_data_nbx(w->worker, desc, buf, len, &param);
+}
+
+void ucxgo_am_data_release(ucxgo_worker_t *w, void *desc)
+{
+    ucp_am_data_release(w->worker, desc);
+}
+
+/* ---- listener and endpoints -------------------------------------------- */
+
+static void ucxgo_conn_cb(ucp_conn_request_h request, void *arg)
+{
+    ucxgo_listener_t *l = arg;
+    ucp_conn_request_attr_t attr;
+    ucxgo_conn_t *c;
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        ucp_listener_reject(l->listener, request);
+        return;
+    }
+    c->request      = request;
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(request, &attr) == UCS_OK) {
+        c->client_addr = attr.client_address;
+    }
+    if (l->tail == NULL) {
+        l->head = c;
+    } else {
+        l->tail->next = c;
+    }
+    l->tail = c;
+    ++l->worker->events;
+}
+
+ucs_status_t ucxgo_listener_create(ucxgo_worker_t *w, const struct sockaddr *addr,
+                                   socklen_t addrlen, ucxgo_listener_t **l_p,
+                                   struct sockaddr_storage *bound)
+{
+    ucp_listener_params_t params;
+    ucp_listener_attr_t attr;
+    ucxgo_listener_t *l;
+    ucs_status_t status;
+
+    l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    l->worker                = w;
+    params.field_mask        = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                               UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    params.sockaddr.addr     = addr;
+    params.sockaddr.addrlen  = addrlen;
+    params.conn_handler.cb   = ucxgo_conn_cb;
+    params.conn_handler.arg  = l;
+    status = ucp_listener_create(w->worker, &params, &l->listener);
+    if (status != UCS_OK) {
+        free(l);
+        return status;
+    }
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    status = ucp_listener_query(l->listener, &attr);
+    if (status != UCS_OK) {
+        ucp_listener_destroy(l->listener);
+        free(l);
+        return status;
+    }
+    *bound = attr.sockaddr;
+    *l_p   = l;
+    return UCS_OK;
+}
+
+void ucxgo_listener_destroy(ucxgo_listener_t *l)
+{
+    ucxgo_conn_t *c;
+
+    ucp_listener_destroy(l->listener);
+    while ((c = ucxgo_listener_take(l)) != NULL) {
+        free(c); /* requests of a destroyed listener are void */
+    }
+    free(l);
+}
+
+ucxgo_conn_t *ucxgo_listener_take(ucxgo_listener_t *l)
+{
+    ucxgo_conn_t *c = l->head;
+    if (c != NULL) {
+        l->head = c->next;
+        if (l->head == NULL) {
+            l->tail = NULL;
+        }
+        c->next = NULL;
+    }
+    return c;
+}
+
+ucs_status_t ucxgo_listener_reject(ucxgo_listener_t *l, ucxgo_conn_t *c)
+{
+    ucs_status_t status = ucp_listener_reject(l->listener, c->request);
+    free(c);
+    return status;
+}
+
+static void ucxgo_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucxgo_ep_t *e = arg;
+    e->error = status;
+    ++e->worker->events;
+}
+
+static ucs_status_t ucxgo_ep_create(ucxgo_worker_t *w, ucp_ep_params_t *params,
+                                    int err_mode_peer, ucxgo_ep_t **ep_p)
+{
+    ucxgo_ep_t *e;
+    ucs_status_t status;
+
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    e->worker = w;
+    if (err_mode_peer) {
+        params->field_mask     |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params->err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+        params->err_handler.cb  = ucxgo_ep_err_cb;
+        params->err_handler.arg = e;
+    }
+    status = ucp_ep_create(w->worker, params, &e->ep);
+    if (status != UCS_OK) {
+        free(e);
+        return status;
+    }
+    *ep_p = e;
+    return UCS_OK;
+}
+
+ucs_status_t ucxgo_ep_create_addr(ucxgo_worker_t *w, const void *addr,
+                                  int err_mode_peer, ucxgo_ep_t **ep_p)
+{
+    ucp_ep_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask     = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address        = addr;
+    return ucxgo_ep_create(w, &params, err_mode_peer, ep_p);
+}
+
+ucs_status_t ucxgo_ep_create_sockaddr(ucxgo_worker_t *w, const struct sockaddr *addr,
+                                      socklen_t addrlen, int err_mode_peer,
+                                      ucxgo_ep_t **ep_p)
+{
+    ucp_ep_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask       = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    params.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr    = addr;
+    params.sockaddr.addrlen = addrlen;
+    return ucxgo_ep_create(w, &params, err_mode_peer, ep_p);
+}
+
+ucs_status_t ucxgo_ep_create_conn(ucxgo_worker_t *w, ucxgo_conn_t *c,
+                                  int err_mode_peer, ucxgo_ep_t **ep_p)
+{
+    ucp_ep_params_t params;
+    ucs_status_t status;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    params.conn_request = c->request;
+    status = ucxgo_ep_create(w, &params, err_mode_peer, ep_p);
+    free(c);
+    return status;
+}
+
+ucs_status_ptr_t ucxgo_ep_close(ucxgo_ep_t *e, int force)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send      = ucxgo_send_cb;
+    param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    return ucp_ep_close_nbx(e->ep, &param);
+}
+
+void ucxgo_ep_free(ucxgo_ep_t *e)
+{
+    free(e);
+}
+
+ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *e)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.cb.send      = ucxgo_send_cb;
+    return ucp_ep_flush_nbx(e->ep, &param);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
+                           int allocate, unsigned prot, int mem_type,
+                           const void *exported, ucp_mem_h *memh_p,
+                           void **addr_out, size_t *len_out)
+{
+    ucp_mem_map_params_t params;
+    ucp_mem_attr_t attr;
+    ucs_status_t status;
+
+    memset(&params, 0, sizeof(params));
+    if (exported != NULL) {
+        params.field_mask           = UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER;
+        params.exported_memh_buffer = exported;
+    } else {
+        params.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                             UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                             UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                             UCP_MEM_MAP_PARAM_FIELD_PROT |
+                             UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        params.address     = address;
+        params.length      = length;
+        params.flags       = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+        params.prot        = prot;
+        params.memory_type = (ucs_memory_type_t)mem_type;
+    }
+    status = ucp_mem_map(ctx, &params, memh_p);
+    if (status != UCS_OK) {
+        return status;
+    }
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status = ucp_mem_query(*memh_p, &attr);
+    if (status != UCS_OK) {
+        ucp_mem_unmap(ctx, *memh_p);
+        return status;
+    }
+    *addr_out = attr.address;
+    *len_out  = attr.length;
+    return UCS_OK;
+}
+
+ucs_status_t ucxgo_mem_unmap(ucp_context_h ctx, ucp_mem_h memh)
+{
+    return ucp_mem_unmap(ctx, memh);
+}
+
+ucs_status_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                               size_t cap, size_t *len)
+{
+    ucp_memh_pack_params_t params;
+    ucp_memh_buffer_release_params_t release;
+    void *buf;
+    size_t n;
+    ucs_status_t status;
+
+    params.field_mask = UCP_MEMH_PACK_PARAM_FIELD_FLAGS;
+    params.flags      = UCP_MEMH_PACK_FLAG_EXPORT;
+    status = ucp_memh_pack(memh, &params, &buf, &n);
+    if (status != UCS_OK) {
+        return status;
+    }
+    *len = n;
+    if (n <= cap) {
+        memcpy(out, buf, n);
+    } else {
+        status = UCS_ERR_BUFFER_TOO_SMALL;
+    }
+    release.field_mask = 0;
+    ucp_memh_buffer_release(buf, &release);
+    return status;
+}
+
+ucs_status_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                             size_t cap, size_t *len)
+{
+    void *buf;
+    size_t n;
+    ucs_status_t status;
+
+    status = ucp_rkey_pack(ctx, memh, &buf, &n);
+    if (status != UCS_OK) {
+        return status;
+    }
+    *len = n;
+    if (n <= cap) {
+        memcpy(out, buf, n);
+    } else {
+        status = UCS_ERR_BUFFER_TOO_SMALL;
+    }
+    ucp_rkey_buffer_release(buf);
+    return status;
+}
+
+ucs_status_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *e, const void *buf, size_t len,
+                                  ucp_rkey_h *rkey_p)
+{
+    return ucp_ep_rkey_unpack(e->ep, buf, rkey_p);
+}
+
+void ucxgo_rkey_destroy(ucp_rkey_h rkey)
+{
+    ucp_rkey_destroy(rkey);
+}
+
+/* ---- RMA ---------------------------------------------------------------- */
+
+static void ucxgo_rma_param(ucp_request_param_t *param, ucp_mem_h memh)
+{
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param->cb.send      = ucxgo_send_cb;
+    if (memh != NULL) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param->memh          = memh;
+    }
+}
+
+ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *e, const void *buf, size_t len,
+                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
+{
+    ucp_request_param_t param;
+    ucxgo_rma_param(&param, memh);
+    return ucp_put_nbx(e->ep, buf, len, raddr, rkey, &param);
+}
+
+ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *e, void *buf, size_t len,
+                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
+{
+    ucp_request_param_t param;
+    ucxgo_rma_param(&param, memh);
+    return ucp_get_nbx(e->ep, buf, len, raddr, rkey, &param);
+}

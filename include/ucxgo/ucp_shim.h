@@ -1,0 +1,146 @@
+/*
+ * ucx-go UCP shims. Completion, endpoint errors, connection requests and
+ * incoming active messages are recorded C-side by the shims' callbacks (into
+ * request memory or the worker's queues) and read by Go after progress: no
+ * Go callback runs inside UCX.
+ */
+#ifndef UCXGO_UCP_SHIM_H
+#define UCXGO_UCP_SHIM_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+/* Lives in the space UCP reserves in every request (request_size). */
+typedef struct ucxgo_req {
+    int32_t      done;     /* 0 pending, 1 complete (atomic) */
+    int32_t      status;   /* ucs_status_t once done */
+    uint64_t     length;   /* received length (AM data receive) */
+} ucxgo_req_t;
+
+typedef struct ucxgo_am_msg {
+    struct ucxgo_am_msg *next;
+    unsigned             id;
+    int                  rndv;        /* data stays in UCX: receive or release */
+    void                *data_desc;   /* rendezvous descriptor */
+    ucp_ep_h             reply_ep;
+    size_t               header_length;
+    size_t               length;
+    uint8_t             *header;      /* points into bytes[] */
+    uint8_t             *data;        /* eager data, points into bytes[] */
+    uint8_t              bytes[];
+} ucxgo_am_msg_t;
+
+typedef struct ucxgo_conn {
+    struct ucxgo_conn       *next;
+    ucp_conn_request_h       request;
+    struct sockaddr_storage  client_addr;
+} ucxgo_conn_t;
+
+typedef struct ucxgo_worker {
+    ucp_worker_h     worker;
+    uint64_t         events;   /* bumped by every callback that queues work */
+    ucxgo_am_msg_t  *am_head, *am_tail;
+    uint64_t         am_dropped; /* messages not queued: out of memory */
+} ucxgo_worker_t;
+
+typedef struct ucxgo_ep {
+    ucp_ep_h         ep;
+    ucxgo_worker_t  *worker;
+    int32_t          error;    /* ucs_status_t from the error handler, 0 if none */
+} ucxgo_ep_t;
+
+typedef struct ucxgo_listener {
+    ucp_listener_h   listener;
+    ucxgo_worker_t  *worker;
+    ucxgo_conn_t    *head, *tail;
+} ucxgo_listener_t;
+
+typedef struct ucxgo_am_handler {
+    ucxgo_worker_t  *worker;
+    unsigned         id;
+} ucxgo_am_handler_t;
+
+typedef struct ucxgo_context_info {
+    uint64_t request_size;
+    uint64_t thread_mode;
+    uint64_t memory_types;
+    char     name[64];
+} ucxgo_context_info_t;
+
+/* context */
+ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
+                            const char *kv, unsigned kv_count,
+                            const char *name, ucp_context_h *ctx_p,
+                            unsigned *failed_kv);
+ucs_status_t ucxgo_ucp_query(ucp_context_h ctx, ucxgo_context_info_t *info);
+
+/* worker */
+ucs_status_t ucxgo_worker_create(ucp_context_h ctx, int thread_mode,
+                                 ucxgo_worker_t **w_p);
+void ucxgo_worker_destroy(ucxgo_worker_t *w);
+ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
+                                  size_t *len);
+unsigned ucxgo_worker_progress(ucxgo_worker_t *w);
+ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd);
+ucs_status_t ucxgo_worker_arm(ucxgo_worker_t *w);
+ucs_status_t ucxgo_worker_signal(ucxgo_worker_t *w);
+ucxgo_am_msg_t *ucxgo_worker_take_am(ucxgo_worker_t *w);
+void ucxgo_am_msg_free(ucxgo_worker_t *w, ucxgo_am_msg_t *msg);
+ucs_status_t ucxgo_worker_set_am_handler(ucxgo_worker_t *w, unsigned id,
+                                         ucxgo_am_handler_t **h_p);
+void ucxgo_worker_clear_am_handler(ucxgo_worker_t *w, unsigned id,
+                                   ucxgo_am_handler_t *h);
+ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w);
+
+/* listener */
+ucs_status_t ucxgo_listener_create(ucxgo_worker_t *w, const struct sockaddr *addr,
+                                   socklen_t addrlen, ucxgo_listener_t **l_p,
+                                   struct sockaddr_storage *bound);
+void ucxgo_listener_destroy(ucxgo_listener_t *l);
+ucxgo_conn_t *ucxgo_listener_take(ucxgo_listener_t *l);
+ucs_status_t ucxgo_listener_reject(ucxgo_listener_t *l, ucxgo_conn_t *c);
+
+/* endpoints; err_mode_peer selects UCP_ERR_HANDLING_MODE_PEER */
+ucs_status_t ucxgo_ep_create_addr(ucxgo_worker_t *w, const void *addr,
+                                  int err_mode_peer, ucxgo_ep_t **ep_p);
+ucs_status_t ucxgo_ep_create_sockaddr(ucxgo_worker_t *w, const struct sockaddr *addr,
+                                      socklen_t addrlen, int err_mode_peer,
+                                      ucxgo_ep_t **ep_p);
+ucs_status_t ucxgo_ep_create_conn(ucxgo_worker_t *w, ucxgo_conn_t *c,
+                                  int err_mode_peer, ucxgo_ep_t **ep_p);
+ucs_status_ptr_t ucxgo_ep_close(ucxgo_ep_t *ep, int force);
+void ucxgo_ep_free(ucxgo_ep_t *ep);
+ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *ep);
+
+/* memory */
+ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
+                           int allocate, unsigned prot, int mem_type,
+                           const void *exported, ucp_mem_h *memh_p,
+                           void **addr_out, size_t *len_out);
+ucs_status_t ucxgo_mem_unmap(ucp_context_h ctx, ucp_mem_h memh);
+/* ucp_memh_pack, always with UCP_MEMH_PACK_FLAG_EXPORT (without it UCX
+ * aborts the process), copied into out when it fits; *len is the size. */
+ucs_status_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                               size_t cap, size_t *len);
+ucs_status_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                             size_t cap, size_t *len);
+ucs_status_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *ep, const void *buf, size_t len,
+                                  ucp_rkey_h *rkey_p);
+void ucxgo_rkey_destroy(ucp_rkey_h rkey);
+
+/* data path: NULL (done), an error pointer, or a request (ucxgo_req_t) */
+ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *ep, const void *buf, size_t len,
+                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
+ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *ep, void *buf, size_t len,
+                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
+ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
+                               size_t header_len, const void *data,
+                               size_t len, ucp_mem_h memh, unsigned flags);
+ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
+                                    size_t len, ucp_mem_h memh);
+void ucxgo_am_data_release(ucxgo_worker_t *w, void *desc);
+void ucxgo_request_release(ucxgo_worker_t *w, void *req, int cancel);
+void ucxgo_request_cancel(ucxgo_worker_t *w, void *req);
+
+#endif

@@ -1,0 +1,119 @@
+package ucp
+
+import (
+	"fmt"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Feature is a UCP feature (UCP_FEATURE_*).
+type Feature uint64
+
+// Features a context can request.
+const (
+	FeatureTag    Feature = cgo.FeatureTag
+	FeatureRMA    Feature = cgo.FeatureRMA
+	FeatureAMO32  Feature = cgo.FeatureAMO32
+	FeatureAMO64  Feature = cgo.FeatureAMO64
+	FeatureWakeup Feature = cgo.FeatureWakeup
+	FeatureStream Feature = cgo.FeatureStream
+	FeatureAM     Feature = cgo.FeatureAM
+	// FeatureExportedMemh creates the per-peer import cache and, measured on
+	// UCX 1.18, forbids active-message emulation of RMA: on a machine whose
+	// only transports are self, tcp and shared memory, endpoints of such a
+	// context are UNREACHABLE. Request it only where export/import is used.
+	FeatureExportedMemh Feature = cgo.FeatureExportedMemh
+)
+
+// ContextOption configures NewContext.
+type ContextOption func(*contextOptions)
+
+type contextOptions struct {
+	features Feature
+	config   []string
+	name     string
+}
+
+// WithFeatures sets the features (default RMA and AM). FeatureWakeup is
+// always added: blocking waits need the worker's event fd.
+func WithFeatures(f Feature) ContextOption {
+	return func(o *contextOptions) { o.features = f }
+}
+
+// WithConfig sets a UCP configuration value (ucp_config_modify); name is
+// the environment variable without "UCX_", e.g. WithConfig("TLS", "tcp").
+func WithConfig(name, value string) ContextOption {
+	return func(o *contextOptions) { o.config = append(o.config, name, value) }
+}
+
+// WithName names the context in UCX's logs.
+func WithName(name string) ContextOption {
+	return func(o *contextOptions) { o.name = name }
+}
+
+// Context is a UCP context.
+type Context struct {
+	res      *handle.Resource
+	c        cgo.Context
+	features Feature
+	config   []string
+}
+
+// NewContext creates a UCP context.
+func NewContext(opts ...ContextOption) (*Context, error) {
+	if err := ucs.CheckVersion(); err != nil {
+		return nil, err
+	}
+	o := contextOptions{features: FeatureRMA | FeatureAM, name: "ucx-go"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.features |= FeatureWakeup
+	c, failed, st := cgo.Init(uint64(o.features), true, o.config, o.name)
+	if st != 0 {
+		e := &ucs.Error{Op: "ucp: create context", Err: ucs.Status(st)}
+		if len(o.config) > 0 && failed < len(o.config)/2 {
+			e.Reason = fmt.Sprintf("config %s=%q", o.config[2*failed], o.config[2*failed+1])
+		}
+		return nil, e
+	}
+	ctx := &Context{c: c, features: o.features, config: o.config}
+	ctx.res = handle.New(nil, c.Cleanup)
+	handle.Track(ctx, ctx.res)
+	return ctx, nil
+}
+
+// Features are the features the context was created with.
+func (c *Context) Features() Feature { return c.features }
+
+// Info is what ucp_context_query reports.
+type Info struct {
+	RequestSize uint64 // bytes UCP reserves per request for the binding
+	ThreadMode  int
+	MemoryTypes uint64 // bitmap of ucs_memory_type_t the context supports
+	Name        string
+}
+
+// Info queries the context.
+func (c *Context) Info() (Info, error) {
+	if !c.res.Enter() {
+		return Info{}, closedError("ucp: query context")
+	}
+	defer c.res.Exit()
+	i, st := c.c.Query()
+	if err := ucs.StatusError(ucs.Status(st), "ucp: query context"); err != nil {
+		return Info{}, err
+	}
+	return Info{i.RequestSize, int(i.ThreadMode), i.MemoryTypes, i.Name}, nil
+}
+
+// Close closes the context; its UCX object goes when its workers and
+// mappings are closed too.
+func (c *Context) Close() error {
+	c.res.Close()
+	return nil
+}
+
+func closedError(op string) error { return &ucs.Error{Op: op, Err: ucs.ErrClosed} }

@@ -1,0 +1,193 @@
+package ucp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
+)
+
+// The exported-memh wire format of UCX 1.15 and later (ucp_memh_exported_pack):
+// host-order integers, no magic and no total length. UCX parses it without
+// a length and asserts (aborting the process) on malformed input, so every
+// byte from another process is checked here first.
+const (
+	descHeaderSize  = 44 // packers always write 43 = size-1 in the first byte
+	descFlagExport  = 0x1
+	descDummySize   = 3   // the zero-length mapping's descriptor: 00 00 00
+	maxGlobalIDSize = 256 // UCT_MD_GLOBAL_ID_MAX
+)
+
+// Exported-mkey payload sizes a 1.18+ importer understands: u32 lkey + u16
+// vhca_id (1.16–1.18), plus a u64 MD uuid (1.19+). The 1.14–1.15 encoding
+// (20 bytes) is not compatible and is refused.
+var validMkeySizes = map[int]bool{6: true, 14: true}
+
+// Descriptor is a parsed exported memory handle.
+type Descriptor struct {
+	Dummy       bool           // the zero-length mapping's 3-byte descriptor
+	Flags       uint16         // bit 0: exported
+	MDMap       uint64         // exporter's memory-domain indices
+	MemoryType  uct.MemoryType // exporter's memory type
+	Address     uint64         // region address in the exporter
+	Length      uint64         // region length
+	ContextUUID uint64         // exporter's UCP context id
+	RegID       uint64         // registration id of the exporter's memh
+	MDs         []DescriptorMD // one per bit of MDMap, ascending
+}
+
+// DescriptorMD is one memory domain's part of a descriptor.
+type DescriptorMD struct {
+	Mkey     []byte // UCT exported mkey (IB: lkey, vhca_id[, md uuid])
+	GlobalID []byte // device id ("ib"/"gga" + system image GUID), trailing zeros stripped
+}
+
+func descError(format string, args ...any) error {
+	return ucs.Errorf("ucp: parse exported descriptor", ucs.ErrInvalidParam, format, args...)
+}
+
+// memoryTypeCount is UCS_MEMORY_TYPE_LAST of the release built against.
+func memoryTypeCount() int {
+	if ucs.BuiltVersion().Minor >= 21 {
+		return 10
+	}
+	return 9
+}
+
+// ParseDescriptor checks b against the exported-memh wire format of the
+// UCX release ucx-go was built for and decodes it. Every size field must
+// fit, the per-MD sections must match the MD map, and the total must be
+// len(b); anything else is an error wrapping ucs.ErrInvalidParam. The
+// zero-length dummy is accepted only as exactly 3 zero bytes.
+func ParseDescriptor(b []byte) (*Descriptor, error) {
+	if len(b) == descDummySize && b[0] == 0 && b[1] == 0 && b[2] == 0 {
+		return &Descriptor{Dummy: true}, nil
+	}
+	if len(b) < descHeaderSize {
+		return nil, descError("%d bytes is shorter than the %d-byte header", len(b), descHeaderSize)
+	}
+	if b[0] == 0 && b[1] == 0 && b[2] == 0 {
+		return nil, descError("starts like the zero-length descriptor but is %d bytes, not 3", len(b))
+	}
+	if int(b[0])+1 != descHeaderSize {
+		return nil, descError("header size %d, want %d (unknown format)", int(b[0])+1, descHeaderSize)
+	}
+	le := binary.LittleEndian
+	d := &Descriptor{
+		Flags:       le.Uint16(b[1:]),
+		MDMap:       le.Uint64(b[3:]),
+		MemoryType:  uct.MemoryType(b[11]),
+		Address:     le.Uint64(b[12:]),
+		Length:      le.Uint64(b[20:]),
+		ContextUUID: le.Uint64(b[28:]),
+		RegID:       le.Uint64(b[36:]),
+	}
+	if d.Flags != descFlagExport {
+		return nil, descError("flags %#x, want %#x (exported)", d.Flags, descFlagExport)
+	}
+	if d.MDMap == 0 {
+		return nil, descError("empty memory-domain map")
+	}
+	if int(d.MemoryType) >= memoryTypeCount() {
+		return nil, descError("unknown memory type %d", d.MemoryType)
+	}
+	if d.Length == 0 {
+		return nil, descError("zero length (a zero-length mapping exports the 3-byte descriptor)")
+	}
+	if d.Address+d.Length < d.Address {
+		return nil, descError("address %#x + length %d wraps around", d.Address, d.Length)
+	}
+	p := b[descHeaderSize:]
+	for range bits.OnesCount64(d.MDMap) {
+		md, rest, err := parseDescriptorMD(p)
+		if err != nil {
+			return nil, descError("memory domain %d: %v", len(d.MDs), err)
+		}
+		d.MDs = append(d.MDs, md)
+		p = rest
+	}
+	if len(p) != 0 {
+		return nil, descError("%d bytes past the last memory domain", len(p))
+	}
+	return d, nil
+}
+
+// parseDescriptorMD decodes one entry: size (u8 size-1, or 0 then u16
+// size-3), S, S mkey bytes, G, G global-id bytes; the fields must fill the
+// entry exactly.
+func parseDescriptorMD(p []byte) (DescriptorMD, []byte, error) {
+	if len(p) < 1 {
+		return DescriptorMD{}, nil, fmt.Errorf("missing")
+	}
+	size, hdr := int(p[0])+1, 1
+	if p[0] == 0 {
+		if len(p) < 3 {
+			return DescriptorMD{}, nil, fmt.Errorf("truncated size")
+		}
+		size, hdr = int(binary.LittleEndian.Uint16(p[1:]))+3, 3
+	}
+	if size > len(p) {
+		return DescriptorMD{}, nil, fmt.Errorf("size %d exceeds the %d bytes left", size, len(p))
+	}
+	e := p[hdr:size]
+	if len(e) < 1 {
+		return DescriptorMD{}, nil, fmt.Errorf("no mkey size")
+	}
+	s := int(e[0])
+	if !validMkeySizes[s] {
+		return DescriptorMD{}, nil, fmt.Errorf("mkey size %d is not one a UCX 1.16+ importer reads (6 or 14)", s)
+	}
+	if 1+s+1 > len(e) {
+		return DescriptorMD{}, nil, fmt.Errorf("mkey of %d bytes overruns the entry", s)
+	}
+	g := int(e[1+s])
+	if g == 0 || g > maxGlobalIDSize {
+		return DescriptorMD{}, nil, fmt.Errorf("global id size %d out of range 1..%d", g, maxGlobalIDSize)
+	}
+	if 1+s+1+g != len(e) {
+		return DescriptorMD{}, nil, fmt.Errorf("fields take %d bytes, entry has %d", 1+s+1+g, len(e))
+	}
+	gid := e[2+s:]
+	if gid[len(gid)-1] == 0 {
+		return DescriptorMD{}, nil, fmt.Errorf("global id has trailing zero bytes (packers strip them)")
+	}
+	return DescriptorMD{Mkey: bytes.Clone(e[1 : 1+s]), GlobalID: bytes.Clone(gid)}, p[size:], nil
+}
+
+// localMDs caches this machine's memory domains for import checks.
+var localMDs = sync.OnceValues(uct.Probe)
+
+// checkImportable refuses a descriptor UCX would abort on or cannot use:
+// every global id must match a local memory domain, and every local memory
+// domain it matches must be able to export (UCX asserts that, in every build).
+func (c *Context) checkImportable(d *Descriptor) error {
+	const op = "ucp: import exported descriptor"
+	if d.Dummy {
+		return nil
+	}
+	reports, err := localMDs()
+	if err != nil {
+		return err
+	}
+	matched := 0
+	for _, md := range d.MDs {
+		for _, r := range reports {
+			if r.Attr == nil || !bytes.Equal(r.Attr.GlobalID, md.GlobalID) {
+				continue
+			}
+			if !r.CanExport {
+				return ucs.Errorf(op, ucs.ErrUnsupported,
+					"local memory domain %s/%s has the descriptor's global MD id but %s (UCX would abort the process)", r.Component, r.MD, r.Reason)
+			}
+			matched++
+		}
+	}
+	if matched == 0 {
+		return ucs.Errorf(op, ucs.ErrUnreachable, "no matching MD: no local memory domain has any of the descriptor's %d global MD id(s)", len(d.MDs))
+	}
+	return nil
+}

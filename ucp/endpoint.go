@@ -1,0 +1,306 @@
+package ucp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// EndpointOption configures endpoint creation.
+type EndpointOption func(*endpointOptions)
+
+type endpointOptions struct{ peerErr bool }
+
+// WithPeerErrorHandling turns UCP_ERR_HANDLING_MODE_PEER on or off (default
+// on). On, a peer's failure is reported (Endpoint.Failed) and every pending
+// and later operation ends with an error; UCX then avoids transports
+// without peer-failure support (posix, sysv, self), so data goes over tcp
+// or RDMA. Off, shared memory is used and a dead peer can hang operations.
+func WithPeerErrorHandling(on bool) EndpointOption {
+	return func(o *endpointOptions) { o.peerErr = on }
+}
+
+func endpointOpts(opts []EndpointOption) endpointOptions {
+	o := endpointOptions{peerErr: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// CloseMode says how Endpoint.Close ends the connection.
+type CloseMode int
+
+const (
+	// CloseFlush completes outstanding operations and disconnects cleanly.
+	CloseFlush CloseMode = iota
+	// CloseForce drops outstanding operations (they end with an error).
+	CloseForce
+)
+
+// Endpoint is a connection to a peer worker.
+type Endpoint struct {
+	res *handle.Resource
+	w   *Worker
+	c   cgo.Endpoint
+
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
+	closeMode CloseMode
+	closeCtx  context.Context
+	closeErr  error
+}
+
+func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
+	if !w.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer w.res.Exit()
+	w.mu.Lock()
+	c, st := create()
+	if st != 0 {
+		w.mu.Unlock()
+		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
+		if ucs.Status(st) == ucs.ErrUnreachable && w.ctx.features&FeatureExportedMemh != 0 {
+			e.Reason = "the context has UCP_FEATURE_EXPORTED_MEMH, which forbids active-message emulation of RMA; no native RMA transport reaches the peer (create the context without it where no MD can export)"
+		}
+		return nil, e
+	}
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{})}
+	w.eps[c.Handle()] = ep
+	w.mu.Unlock()
+	ep.res = handle.New(w.res, ep.release)
+	handle.Track(ep, ep.res)
+	return ep, nil
+}
+
+// ConnectAddress creates an endpoint to the worker whose Address is addr.
+func (w *Worker) ConnectAddress(addr []byte, opts ...EndpointOption) (*Endpoint, error) {
+	const op = "ucp: connect to worker address"
+	if len(addr) == 0 {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty address")
+	}
+	o := endpointOpts(opts)
+	return w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectAddress(addr, o.peerErr) })
+}
+
+// Connect creates a client-server endpoint to a Listener at addr
+// ("host:port").
+func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error) {
+	op := fmt.Sprintf("ucp: connect to %s", addr)
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
+	}
+	o := endpointOpts(opts)
+	return w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+}
+
+// checkFailed delivers an error the shim's handler recorded. Called with
+// the worker's mutex held.
+func (ep *Endpoint) checkFailed() {
+	if st := ucs.Status(ep.c.Error()); st != ucs.OK {
+		ep.failOnce.Do(func() {
+			ep.failErr = &ucs.Error{Op: "ucp: endpoint", Err: st, Reason: "peer failure reported by UCX"}
+			close(ep.failed)
+		})
+	}
+}
+
+// Failed is closed when UCX reports the peer failed (peer error handling).
+func (ep *Endpoint) Failed() <-chan struct{} { return ep.failed }
+
+// Err is the peer failure, or nil.
+func (ep *Endpoint) Err() error {
+	select {
+	case <-ep.failed:
+		return ep.failErr
+	default:
+		return nil
+	}
+}
+
+// enter starts an operation on the endpoint; it fails after Close or a
+// reported peer failure.
+func (ep *Endpoint) enter(op string) error {
+	if !ep.res.Enter() {
+		return closedError(op)
+	}
+	if st := ucs.Status(ep.c.Error()); st != ucs.OK {
+		ep.res.Exit()
+		return &ucs.Error{Op: op, Err: st, Reason: "endpoint failed"}
+	}
+	return nil
+}
+
+// Flush waits until every operation started on the endpoint is complete
+// remotely.
+func (ep *Endpoint) Flush(ctx context.Context) error {
+	const op = "ucp: flush endpoint"
+	if err := ep.enter(op); err != nil {
+		return err
+	}
+	ep.w.mu.Lock()
+	r := ep.c.Flush()
+	ep.w.mu.Unlock()
+	req := newRequest(ep.w, r, op, nil)
+	ep.res.Exit()
+	return req.Wait(ctx)
+}
+
+// Close disconnects: CloseFlush completes outstanding operations first,
+// CloseForce drops them. It waits (bounded by ctx) for UCX to finish;
+// remote keys unpacked on the endpoint keep it open until they are closed.
+func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
+	ep.closeMode, ep.closeCtx = mode, ctx
+	if !ep.res.Close() {
+		return nil
+	}
+	return ep.closeErr
+}
+
+// release closes the UCX endpoint; it runs when the last reference goes.
+func (ep *Endpoint) release() {
+	w := ep.w
+	w.mu.Lock()
+	delete(w.eps, ep.c.Handle())
+	force := ep.closeMode == CloseForce || ep.c.Error() != 0
+	r := ep.c.Close(force)
+	w.mu.Unlock()
+	free := ep.c.Free
+	if r.P == nil {
+		free()
+		if r.St != 0 && !force {
+			ep.closeErr = &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
+		}
+		return
+	}
+	w.res.Ref()
+	if ep.closeCtx == nil { // released by a cleanup: do not block its goroutine
+		w.abandon(r, free)
+		return
+	}
+	req := Request{w: w, c: r, op: "ucp: close endpoint", after: free}
+	if err := req.Wait(ep.closeCtx); err != nil && !force {
+		ep.closeErr = err
+	}
+}
+
+// Listener accepts client-server connections on a socket address.
+type Listener struct {
+	res  *handle.Resource
+	w    *Worker
+	c    cgo.Listener
+	addr netip.AddrPort
+}
+
+// Listen listens on addr ("host:port"; port 0 picks a free one).
+func (w *Worker) Listen(addr string) (*Listener, error) {
+	op := fmt.Sprintf("ucp: listen on %s", addr)
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
+	}
+	if !w.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer w.res.Exit()
+	w.mu.Lock()
+	c, bound, st := w.c.Listen(ap)
+	w.mu.Unlock()
+	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+		return nil, err
+	}
+	l := &Listener{w: w, c: c, addr: bound}
+	l.res = handle.New(w.res, func() {
+		w.mu.Lock()
+		c.Destroy()
+		w.mu.Unlock()
+	})
+	handle.Track(l, l.res)
+	return l, nil
+}
+
+// Addr is the address the listener is bound to.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// ConnRequest is a pending connection; Accept or Reject it.
+type ConnRequest struct {
+	res  *handle.Resource
+	l    *Listener
+	c    cgo.Conn
+	from netip.AddrPort
+}
+
+// Accept waits for the next connection request (bounded by ctx). The
+// listener's worker must be progressed meanwhile; Accept does it itself.
+func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
+	const op = "ucp: accept"
+	for {
+		if !l.res.Enter() {
+			return nil, closedError(op)
+		}
+		l.w.mu.Lock()
+		c, ok := l.c.Take()
+		l.w.mu.Unlock()
+		if ok {
+			cr := &ConnRequest{l: l, c: c, from: c.ClientAddr()}
+			cr.res = handle.New(l.res, func() {
+				l.w.mu.Lock()
+				l.c.Reject(c)
+				l.w.mu.Unlock()
+			})
+			handle.Track(cr, cr.res)
+			l.res.Exit()
+			return cr, nil
+		}
+		err := l.w.waitFor(ctx, func() bool { return l.c.Pending() })
+		l.res.Exit()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Close stops listening.
+func (l *Listener) Close() error {
+	l.res.Close()
+	return nil
+}
+
+// ClientAddr is where the connection request came from.
+func (cr *ConnRequest) ClientAddr() netip.AddrPort { return cr.from }
+
+// Accept creates the server side endpoint of the connection.
+func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
+	const op = "ucp: accept connection"
+	o := endpointOpts(opts)
+	consumed := false
+	ep, err := cr.l.w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) {
+		consumed = true
+		return cr.l.w.c.Accept(cr.c, o.peerErr)
+	})
+	if consumed {
+		cr.disarm()
+	}
+	return ep, err
+}
+
+// Reject refuses the connection.
+func (cr *ConnRequest) Reject() error {
+	cr.res.Close() // the release rejects
+	return nil
+}
+
+// disarm closes the handle without rejecting: UCX took the request.
+func (cr *ConnRequest) disarm() {
+	cr.res.SetRelease(nil)
+	cr.res.Close()
+}

@@ -1,0 +1,270 @@
+package ucp
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
+)
+
+// MemKind says where a mapping's memory comes from.
+type MemKind int
+
+// Kinds of mapping.
+const (
+	Allocated  MemKind = iota // UCX allocated it (UCP_MEM_MAP_ALLOCATE)
+	Registered                // existing memory registered with UCX
+	Imported                  // another process's exported memory
+)
+
+func (k MemKind) String() string {
+	return [...]string{"allocated", "registered", "imported"}[k]
+}
+
+// MemSource says what MemMap maps: Allocate, Register, RegisterPointer or Import.
+type MemSource struct {
+	kind MemKind
+	n    int
+	b    []byte
+	p    unsafe.Pointer
+	desc []byte
+}
+
+// Allocate has UCX allocate and register n bytes (n may be 0).
+func Allocate(n int) MemSource { return MemSource{kind: Allocated, n: n} }
+
+// Register registers b, which stays pinned until the mapping is closed.
+func Register(b []byte) MemSource { return MemSource{kind: Registered, b: b, n: len(b)} }
+
+// RegisterPointer registers n bytes at p, memory not managed by the Go
+// runtime; the caller keeps it valid until the mapping is closed.
+func RegisterPointer(p unsafe.Pointer, n int) MemSource {
+	return MemSource{kind: Registered, p: p, n: n}
+}
+
+// Import maps a descriptor another process made with Mem.Export. It is
+// validated (ParseDescriptor, and against this machine's memory domains)
+// before any byte reaches UCX.
+func Import(desc []byte) MemSource { return MemSource{kind: Imported, desc: desc} }
+
+// Prot are memory protection flags (UCP_MEM_MAP_PROT_*).
+type Prot uint
+
+// Protection flags.
+const (
+	ProtLocalRead   Prot = 0x1
+	ProtLocalWrite  Prot = 0x2
+	ProtRemoteRead  Prot = 0x100
+	ProtRemoteWrite Prot = 0x200
+	ProtAll              = ProtLocalRead | ProtLocalWrite | ProtRemoteRead | ProtRemoteWrite
+)
+
+// MapOption configures MemMap.
+type MapOption func(*mapOptions)
+
+type mapOptions struct {
+	prot    Prot
+	memType uct.MemoryType
+}
+
+// WithProt sets the protection (default ProtAll).
+func WithProt(p Prot) MapOption { return func(o *mapOptions) { o.prot = p } }
+
+// WithMemoryType sets the memory type (default host).
+func WithMemoryType(t uct.MemoryType) MapOption { return func(o *mapOptions) { o.memType = t } }
+
+// Mem is a UCP memory mapping (ucp_mem_h).
+type Mem struct {
+	res  *handle.Resource
+	ctx  *Context
+	h    cgo.MemHandle
+	kind MemKind
+	addr unsafe.Pointer
+	n    uintptr
+	desc *Descriptor
+}
+
+// MemMap maps memory for RMA: allocated, registered or imported.
+func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
+	op := fmt.Sprintf("ucp: map %s memory", src.kind)
+	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if src.n < 0 {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "negative length")
+	}
+	var desc *Descriptor
+	if src.kind == Imported {
+		d, err := ParseDescriptor(src.desc)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.checkImportable(d); err != nil {
+			return nil, err
+		}
+		desc = d
+	}
+	if src.kind == Registered && src.n == 0 {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty buffer")
+	}
+	if !c.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer c.res.Exit()
+
+	var pin *runtime.Pinner
+	addr := src.p
+	if src.b != nil {
+		pin = new(runtime.Pinner)
+		addr = unsafe.Pointer(unsafe.SliceData(src.b))
+		pin.Pin(addr)
+	}
+	h, base, n, st := c.c.MemMap(addr, uintptr(src.n), src.kind == Allocated, uint(o.prot), int(o.memType), src.desc)
+	if st != 0 {
+		if pin != nil {
+			pin.Unpin()
+		}
+		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
+		if src.kind == Imported && ucs.Status(st) == ucs.ErrUnreachable {
+			e.Reason = "no local memory domain matches the descriptor's (no matching MD)"
+		}
+		return nil, e
+	}
+	m := &Mem{ctx: c, h: h, kind: src.kind, addr: base, n: n, desc: desc}
+	cc := c.c
+	m.res = handle.New(c.res, func() {
+		cc.MemUnmap(h)
+		if pin != nil {
+			pin.Unpin()
+		}
+	})
+	handle.Track(m, m.res)
+	return m, nil
+}
+
+// Kind says where the memory comes from.
+func (m *Mem) Kind() MemKind { return m.kind }
+
+// Address is the memory's address: in this process, or for imported memory
+// in the exporter's (where RMA on it lands).
+func (m *Mem) Address() uint64 { return uint64(uintptr(m.addr)) }
+
+// Len is the mapping's length.
+func (m *Mem) Len() int { return int(m.n) }
+
+// Descriptor is what an imported mapping was made from (nil otherwise).
+func (m *Mem) Descriptor() *Descriptor { return m.desc }
+
+// Bytes is the memory as a slice, valid until Close. Imported memory lives
+// in another process: asking for its bytes is an error.
+func (m *Mem) Bytes() ([]byte, error) {
+	const op = "ucp: bytes of mapped memory"
+	if !m.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer m.res.Exit()
+	if m.kind == Imported {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidAddr, "imported memory belongs to the exporting process; use RMA or local operations with this mapping as memh")
+	}
+	if m.n == 0 {
+		return []byte{}, nil
+	}
+	return unsafe.Slice((*byte)(m.addr), m.n), nil
+}
+
+// Export packs the mapping for another process to Import (ucp_memh_pack
+// with UCP_MEMH_PACK_FLAG_EXPORT); the result is a Go-owned copy and UCX's
+// buffer is released at once. Where no memory domain of the mapping can
+// export it is ucs.ErrUnsupported. (Without the EXPORT flag ucp_memh_pack
+// aborts the process; this binding never issues that call.)
+func (m *Mem) Export() ([]byte, error) {
+	const op = "ucp: export memory handle"
+	if !m.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer m.res.Exit()
+	if m.kind == Imported {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
+	}
+	b, st := m.ctx.c.ExportMemh(m.h)
+	if ucs.Status(st) == ucs.ErrUnsupported {
+		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
+	}
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// PackRkey packs the mapping's remote key (ucp_rkey_pack) for a peer's
+// Endpoint.UnpackRkey.
+func (m *Mem) PackRkey() ([]byte, error) {
+	const op = "ucp: pack rkey"
+	if !m.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer m.res.Exit()
+	b, st := m.ctx.c.PackRkey(m.h)
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close unmaps the memory; slices from Bytes must not be used after it.
+func (m *Mem) Close() error {
+	m.res.Close()
+	return nil
+}
+
+// span checks [off, off+n) against the mapping and returns its address.
+func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
+	if off < 0 || n < 0 || uint64(off)+uint64(n) > uint64(m.n) {
+		return nil, ucs.Errorf(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", n, off, m.n)
+	}
+	return unsafe.Add(m.addr, off), nil
+}
+
+// RemoteKey is a peer's unpacked remote key, valid on one endpoint.
+type RemoteKey struct {
+	res *handle.Resource
+	c   cgo.Rkey
+}
+
+// UnpackRkey unpacks a key packed by the peer's Mem.PackRkey.
+func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
+	const op = "ucp: unpack rkey"
+	if len(packed) == 0 {
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
+	}
+	if err := ep.enter(op); err != nil {
+		return nil, err
+	}
+	defer ep.res.Exit()
+	ep.w.mu.Lock()
+	c, st := ep.c.UnpackRkey(packed)
+	ep.w.mu.Unlock()
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return nil, err
+	}
+	w := ep.w
+	rk := &RemoteKey{c: c}
+	rk.res = handle.New(ep.res, func() {
+		w.mu.Lock()
+		c.Destroy()
+		w.mu.Unlock()
+	})
+	handle.Track(rk, rk.res)
+	return rk, nil
+}
+
+// Close destroys the remote key.
+func (rk *RemoteKey) Close() error {
+	rk.res.Close()
+	return nil
+}

@@ -1,0 +1,129 @@
+package ucp
+
+import (
+	"runtime"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// The data path. Operations from mapped memory (PutMem, GetMem, SendAMMem)
+// pass the mapping's memh to UCX (UCP_OP_ATTR_FIELD_MEMH, the only way to
+// use imported memory locally) and allocate nothing; the []byte forms pin
+// the slice for the life of the operation.
+
+// PutMem writes n bytes of src at off to remote address raddr.
+func (ep *Endpoint) PutMem(src *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
+	return ep.rmaMem("ucp: put", true, src, off, n, raddr, rkey)
+}
+
+// GetMem reads n bytes at remote address raddr into dst at off.
+func (ep *Endpoint) GetMem(dst *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
+	return ep.rmaMem("ucp: get", false, dst, off, n, raddr, rkey)
+}
+
+// Put writes b to remote address raddr; b is pinned until the request
+// completes and must not change before it does.
+func (ep *Endpoint) Put(b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	return ep.rmaBytes("ucp: put", true, b, raddr, rkey)
+}
+
+// Get reads len(b) bytes at remote address raddr into b, pinned until the
+// request completes.
+func (ep *Endpoint) Get(b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	return ep.rmaBytes("ucp: get", false, b, raddr, rkey)
+}
+
+func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
+	if !m.res.Enter() {
+		return Request{}, closedError(op)
+	}
+	defer m.res.Exit()
+	p, err := m.span(op, off, n)
+	if err != nil {
+		return Request{}, err
+	}
+	return ep.rma(op, put, p, n, m.h, raddr, rkey, nil)
+}
+
+func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	var pin *runtime.Pinner
+	var p unsafe.Pointer
+	if len(b) > 0 {
+		p = unsafe.Pointer(unsafe.SliceData(b))
+		pin = new(runtime.Pinner)
+		pin.Pin(p)
+	}
+	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin)
+	if err != nil && pin != nil {
+		pin.Unpin()
+	}
+	return req, err
+}
+
+func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner) (Request, error) {
+	if rkey == nil {
+		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "nil remote key")
+	}
+	if err := ep.enter(op); err != nil {
+		return Request{}, err
+	}
+	defer ep.res.Exit()
+	if !rkey.res.Enter() {
+		return Request{}, closedError(op)
+	}
+	defer rkey.res.Exit()
+	ep.w.mu.Lock()
+	var r cgo.Request
+	if put {
+		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.c)
+	} else {
+		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.c)
+	}
+	ep.w.mu.Unlock()
+	return newRequest(ep.w, r, op, pin), nil
+}
+
+// SendAM sends an active message with header and data to handler id on
+// the peer. The header is copied by UCX; data is pinned until completion.
+func (ep *Endpoint) SendAM(id uint, header, data []byte, flags AMSendFlags) (Request, error) {
+	var pin *runtime.Pinner
+	var p unsafe.Pointer
+	if len(data) > 0 {
+		p = unsafe.Pointer(unsafe.SliceData(data))
+		pin = new(runtime.Pinner)
+		pin.Pin(p)
+	}
+	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin)
+	if err != nil && pin != nil {
+		pin.Unpin()
+	}
+	return req, err
+}
+
+// SendAMMem sends an active message whose data is n bytes of m at off.
+func (ep *Endpoint) SendAMMem(id uint, header []byte, m *Mem, off, n int, flags AMSendFlags) (Request, error) {
+	const op = "ucp: send active message"
+	if !m.res.Enter() {
+		return Request{}, closedError(op)
+	}
+	defer m.res.Exit()
+	p, err := m.span(op, off, n)
+	if err != nil {
+		return Request{}, err
+	}
+	return ep.sendAM(id, header, p, n, m.h, flags, nil)
+}
+
+func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner) (Request, error) {
+	const op = "ucp: send active message"
+	if err := ep.enter(op); err != nil {
+		return Request{}, err
+	}
+	defer ep.res.Exit()
+	ep.w.mu.Lock()
+	r := ep.c.AMSend(id, header, p, uintptr(n), memh, uint(flags))
+	ep.w.mu.Unlock()
+	return newRequest(ep.w, r, op, pin), nil
+}

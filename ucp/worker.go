@@ -1,0 +1,324 @@
+package ucp
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// ThreadMode is a worker's UCS thread mode.
+type ThreadMode int
+
+// Thread modes (ucs_thread_mode_t). The binding serializes every worker
+// anyway; Multi is for workers that C code also uses.
+const (
+	ThreadSingle     ThreadMode = 0
+	ThreadSerialized ThreadMode = 1
+	ThreadMulti      ThreadMode = 2
+)
+
+// WorkerOption configures NewWorker.
+type WorkerOption func(*workerOptions)
+
+type workerOptions struct{ mode ThreadMode }
+
+// WithThreadMode sets the worker's UCS thread mode (default Serialized).
+func WithThreadMode(m ThreadMode) WorkerOption {
+	return func(o *workerOptions) { o.mode = m }
+}
+
+// spinRounds is how many progress calls a wait makes before it arms the
+// event fd and sleeps: short operations finish without a system call.
+const spinRounds = 64
+
+// Worker is a UCP worker: a progress engine with its endpoints, listeners
+// and active-message handlers.
+type Worker struct {
+	res *handle.Resource
+	ctx *Context
+	c   cgo.Worker
+
+	mu        sync.Mutex // serializes every UCX call on the worker
+	seen      uint64     // shim events handled so far
+	eps       map[unsafe.Pointer]*Endpoint
+	handlers  map[uint]*amHandler
+	abandoned []abandonedRequest
+
+	efd     *os.File
+	rc      syscall.RawConn
+	waiters atomic.Int32
+}
+
+type abandonedRequest struct {
+	r     cgo.Request
+	after func()
+}
+
+// NewWorker creates a worker of the context.
+func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
+	const op = "ucp: create worker"
+	o := workerOptions{mode: ThreadSerialized}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !c.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer c.res.Exit()
+	cw, st := c.c.CreateWorker(int(o.mode))
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return nil, err
+	}
+	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]*Endpoint{}, handlers: map[uint]*amHandler{}}
+	if err := w.openEventFD(); err != nil {
+		cw.Destroy()
+		return nil, err
+	}
+	efd := w.efd
+	w.res = handle.New(c.res, func() {
+		efd.Close()
+		cw.Destroy()
+	})
+	handle.Track(w, w.res)
+	return w, nil
+}
+
+// openEventFD puts a duplicate of the worker's event fd in Go's netpoller,
+// so blocked waits cost no thread and no CPU.
+func (w *Worker) openEventFD() error {
+	const op = "ucp: worker event fd"
+	fd, st := w.c.EventFD()
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return err
+	}
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
+	}
+	syscall.CloseOnExec(dup)
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
+	}
+	w.efd = os.NewFile(uintptr(dup), "ucp-worker-efd")
+	w.rc, err = w.efd.SyscallConn()
+	if err != nil {
+		w.efd.Close()
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
+	}
+	return nil
+}
+
+// Context is the worker's context.
+func (w *Worker) Context() *Context { return w.ctx }
+
+// Address is the worker's packed address, for ConnectAddress on a peer.
+func (w *Worker) Address() ([]byte, error) {
+	const op = "ucp: worker address"
+	if !w.res.Enter() {
+		return nil, closedError(op)
+	}
+	defer w.res.Exit()
+	w.mu.Lock()
+	addr, st := w.c.Address()
+	w.mu.Unlock()
+	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+		return nil, err
+	}
+	return addr, nil
+}
+
+// Progress runs one round of UCX progress and dispatches what it brought
+// (active messages to their handlers, endpoint errors); it returns the
+// number of events UCX reported.
+func (w *Worker) Progress() (int, error) {
+	if !w.res.Enter() {
+		return 0, closedError("ucp: progress worker")
+	}
+	n, msgs := w.progressLocked()
+	w.res.Exit()
+	if len(msgs) > 0 {
+		w.dispatch(msgs)
+	}
+	return n, nil
+}
+
+// progress is Progress for callers already inside Enter.
+func (w *Worker) progress() int {
+	n, msgs := w.progressLocked()
+	if len(msgs) > 0 {
+		w.dispatch(msgs)
+	}
+	return n
+}
+
+func (w *Worker) progressLocked() (int, []cgo.AMMessage) {
+	w.mu.Lock()
+	n := int(w.c.Progress())
+	var msgs []cgo.AMMessage
+	if ev := w.c.Events(); ev != w.seen {
+		w.seen = ev
+		msgs = w.c.TakeAM(nil)
+		for _, m := range msgs {
+			if m.Rndv {
+				w.res.Ref() // rendezvous data lives in the worker until received
+			}
+		}
+		for _, ep := range w.eps {
+			ep.checkFailed()
+		}
+	}
+	if len(w.abandoned) > 0 {
+		w.reapAbandoned()
+	}
+	w.mu.Unlock()
+	if n > 0 && w.waiters.Load() > 0 {
+		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
+	}
+	return n, msgs
+}
+
+// reapAbandoned releases requests whose waiters gave up, once UCX is done
+// with them. Called with mu held.
+func (w *Worker) reapAbandoned() {
+	kept := w.abandoned[:0]
+	for _, a := range w.abandoned {
+		if !a.r.Done() {
+			kept = append(kept, a)
+			continue
+		}
+		w.c.Release(a.r, false)
+		if a.after != nil {
+			a.after()
+		}
+		w.res.Release()
+	}
+	clear(w.abandoned[len(kept):])
+	w.abandoned = kept
+}
+
+// abandon hands an in-flight request to the worker, which releases it when
+// UCX completes it. The request's worker reference moves with it.
+func (w *Worker) abandon(r cgo.Request, after func()) {
+	w.mu.Lock()
+	w.abandoned = append(w.abandoned, abandonedRequest{r, after})
+	w.mu.Unlock()
+}
+
+// Wait blocks until the worker has made progress or ctx is done; the
+// worker sleeps on its event fd meanwhile.
+func (w *Worker) Wait(ctx context.Context) error {
+	if !w.res.Enter() {
+		return closedError("ucp: wait on worker")
+	}
+	defer w.res.Exit()
+	return w.waitFor(ctx, nil)
+}
+
+// Run progresses the worker until ctx is done, sleeping when idle. A side
+// that owns memory its peers access runs it in a goroutine.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.res.Enter() {
+		return closedError("ucp: run worker")
+	}
+	defer w.res.Exit()
+	for {
+		if err := w.waitFor(ctx, nil); err != nil {
+			var ue *ucs.Error
+			if errors.As(err, &ue) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// waitFor progresses, and if nothing happened and ready (when set) is not
+// true, arms the event fd and sleeps until it fires or ctx is done.
+func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
+	for range spinRounds {
+		if w.progress() > 0 || (ready != nil && ready()) {
+			return nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return ctxError("ucp: wait on worker", err)
+	}
+	w.mu.Lock()
+	st := ucs.Status(w.c.Arm())
+	w.mu.Unlock()
+	if st == ucs.ErrBusy {
+		return nil
+	}
+	if err := ucs.StatusError(st, "ucp: arm worker"); err != nil {
+		return err
+	}
+	w.waiters.Add(1)
+	defer w.waiters.Add(-1)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if w.res.Enter() {
+				w.c.Signal()
+				w.res.Exit()
+			}
+		})
+		defer stop()
+	}
+	first := true
+	err := w.rc.Read(func(uintptr) bool {
+		if first {
+			first = false
+			return ready != nil && ready()
+		}
+		return true
+	})
+	if err != nil {
+		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return ctxError("ucp: wait on worker", err)
+	}
+	return nil
+}
+
+// ctxError maps a context error to ErrTimedOut or ErrCanceled, keeping it.
+func ctxError(op string, err error) error {
+	st := ucs.ErrCanceled
+	if errors.Is(err, context.DeadlineExceeded) {
+		st = ucs.ErrTimedOut
+	}
+	return &ucs.Error{Op: op, Err: st, Wrapped: err}
+}
+
+// Flush waits until every operation the worker started is complete
+// remotely.
+func (w *Worker) Flush(ctx context.Context) error {
+	const op = "ucp: flush worker"
+	if !w.res.Enter() {
+		return closedError(op)
+	}
+	w.mu.Lock()
+	r := w.c.Flush()
+	if r.P != nil {
+		w.res.Ref()
+	}
+	w.mu.Unlock()
+	w.res.Exit()
+	req := Request{w: w, c: r, op: op}
+	return req.Wait(ctx)
+}
+
+// Close closes the worker; its UCX object goes when its endpoints,
+// listeners and requests are done too.
+func (w *Worker) Close() error {
+	w.res.Close()
+	return nil
+}
