@@ -17,10 +17,10 @@ gomodcache=$(go env GOMODCACHE)
 gocache=$(dirname "$(go env GOCACHE)")/ucx-go-build-$suite
 mkdir -p "$gomodcache" "$gocache"
 
-if [ -z "${UCX_GO_IN_NS:-}" ]; then
+if [ -z "${UCXGO_IN_NS:-}" ]; then
 	# Modules are fetched on the host; inside, the build is offline.
 	(cd "$root" && go mod download)
-	export UCX_GO_IN_NS=1
+	export UCXGO_IN_NS=1
 	exec unshare --mount --propagation private -- "$0" "$suite" "$@"
 fi
 
@@ -57,6 +57,6 @@ chroot "$rootfs" /usr/bin/env -i \
 	HOME=/root TERM="${TERM:-dumb}" PATH="$goroot/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	GOROOT="$goroot" GOMODCACHE="$gomodcache" GOCACHE="$gocache" GOPROXY=off GOTOOLCHAIN=local \
 	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" \
-	CI="${CI:-}" UCX_SUITE="$suite" UCX_GO_ROOTFS="$suite" \
+	CI="${CI:-}" UCXGO_ROOTFS="$suite" \
 	${GOEXPERIMENT:+GOEXPERIMENT=$GOEXPERIMENT} ${TESTFLAGS:+TESTFLAGS="$TESTFLAGS"} \
 	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"

@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 target=$1
 
 supported="1.18 1.23"
-if [ -n "${UCX_GO_ROOTFS:-}" ]; then
+if [ -n "${UCXGO_ROOTFS:-}" ]; then
 	exec make --no-print-directory "$target"
 fi
 if [ -z "${UCX_SUITE:-}" ]; then

@@ -307,12 +307,9 @@ func (w *Worker) Flush(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	r := w.c.Flush()
-	if r.P != nil {
-		w.res.Ref()
-	}
 	w.mu.Unlock()
+	req := newRequest(w, r, op, nil)
 	w.res.Exit()
-	req := Request{w: w, c: r, op: op}
 	return req.Wait(ctx)
 }
 
