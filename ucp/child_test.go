@@ -1,5 +1,276 @@
 package ucp_test
 
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// The test binary re-executed with childEnv set is the peer process.
 const childEnv = "UCXGO_UCP_TEST_CHILD"
 
-func runChild(role string) int { return 2 }
+const (
+	amRkey  = 2 // server -> client: header = target address, data = packed rkey
+	amEcho  = 3 // client -> server (AMReply): the server answers on the reply endpoint
+	amReply = 4
+)
+
+const childMemSize = 16 << 20
+
+// runChild is the server: it listens on loopback, prints its port, maps
+// memory filled with a pattern, sends its rkey to the first client, echoes
+// active messages, and progresses until stdin closes.
+func runChild(role string) int {
+	if role != "server" {
+		return 2
+	}
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
+	if err != nil {
+		return fail(err)
+	}
+	w, err := ctx.NewWorker()
+	if err != nil {
+		return fail(err)
+	}
+	l, err := w.Listen("127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	mem, err := ctx.MemMap(ucp.Allocate(childMemSize))
+	if err != nil {
+		return fail(err)
+	}
+	b, _ := mem.Bytes()
+	copy(b, pattern(len(b), 9))
+	require := func(err error) {
+		if err != nil {
+			os.Exit(fail(err))
+		}
+	}
+	require(w.SetAMHandler(amEcho, func(m *ucp.AMMessage) {
+		ep, header := m.Reply(), m.Header
+		if ep == nil {
+			return
+		}
+		buf := make([]byte, m.Len())
+		recv, err := m.ReceiveInto(buf) // eager: copied; rendezvous: started
+		if err != nil {
+			return
+		}
+		go func() {
+			if recv.Wait(context.Background()) != nil {
+				return
+			}
+			if req, err := ep.SendAM(amReply, header, buf, 0); err == nil {
+				req.Wait(context.Background())
+			}
+		}()
+	}))
+	fmt.Printf("PORT %d\n", l.Addr().Port())
+
+	run, stop := context.WithCancel(context.Background())
+	go func() { io.Copy(io.Discard, os.Stdin); stop() }()
+	go w.Run(run)
+	cr, err := l.Accept(run)
+	require(err)
+	ep, err := cr.Accept()
+	require(err)
+	packed, err := mem.PackRkey()
+	require(err)
+	hdr := binary.LittleEndian.AppendUint64(nil, mem.Address())
+	req, err := ep.SendAM(amRkey, hdr, packed, 0)
+	require(err)
+	require(req.Wait(run))
+	<-run.Done()
+	return 0
+}
+
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	port  int
+}
+
+func startChild(t *testing.T) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=server")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, stdin: stdin}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "child did not print its port")
+	c.port, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "PORT ")))
+	require.NoError(t, err, "child said %q", line)
+	return c
+}
+
+type client struct {
+	w     *ucp.Worker
+	ep    *ucp.Endpoint
+	rkey  *ucp.RemoteKey
+	raddr uint64
+	echo  chan []byte
+}
+
+func connectChild(t *testing.T, c *child) *client {
+	t.Helper()
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	t.Cleanup(func() { w.Close() })
+	cl := &client{w: w, echo: make(chan []byte, 1)}
+	type rkeyMsg struct {
+		addr   uint64
+		packed []byte
+	}
+	got := make(chan rkeyMsg, 1)
+	require.NoError(t, w.SetAMHandler(amRkey, func(m *ucp.AMMessage) {
+		got <- rkeyMsg{binary.LittleEndian.Uint64(m.Header), m.Data}
+	}))
+	require.NoError(t, w.SetAMHandler(amReply, func(m *ucp.AMMessage) {
+		buf := make([]byte, m.Len())
+		req, err := m.ReceiveInto(buf)
+		if err != nil {
+			cl.echo <- nil
+			return
+		}
+		go func() {
+			req.Wait(context.Background())
+			cl.echo <- buf
+		}()
+	}))
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(run) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	cl.ep, err = w.Connect(fmt.Sprintf("127.0.0.1:%d", c.port))
+	require.NoError(t, err)
+	t.Cleanup(func() { closeEP(t, cl.ep) })
+	select {
+	case m := <-got:
+		cl.raddr = m.addr
+		cl.rkey, err = cl.ep.UnpackRkey(m.packed)
+		require.NoError(t, err)
+		t.Cleanup(func() { cl.rkey.Close() })
+	case <-time.After(20 * time.Second):
+		t.Fatal("no rkey from the child")
+	}
+	return cl
+}
+
+func TestTwoProcessesRMAAndAM(t *testing.T) {
+	c := startChild(t)
+	cl := connectChild(t, c)
+
+	want := pattern(childMemSize, 9)
+	for _, n := range []int{8, 4 << 10, 1 << 20, 16 << 20} {
+		got := make([]byte, n)
+		req, err := cl.ep.Get(got, cl.raddr, cl.rkey)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		require.Equal(t, want[:n], got, "get of %d bytes from the child", n)
+
+		src := pattern(n, 5)
+		req, err = cl.ep.Put(src, cl.raddr, cl.rkey)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		require.NoError(t, cl.ep.Flush(waitCtx(t)))
+		back := make([]byte, n)
+		req, err = cl.ep.Get(back, cl.raddr, cl.rkey)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		require.Equal(t, src, back, "put then get of %d bytes", n)
+		copy(want, src)
+	}
+
+	for _, n := range []int{16, 64 << 10} {
+		req, err := cl.ep.SendAM(amEcho, []byte("h"), pattern(n, 1), ucp.AMReply)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		select {
+		case data := <-cl.echo:
+			assert.Equal(t, pattern(n, 1), data, "echo of %d bytes through the reply endpoint", n)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no echo of %d bytes", n)
+		}
+	}
+}
+
+// The peer is killed during a stream of operations: every pending and later
+// operation ends with an error within the timeout, and Failed fires.
+func TestPeerKilledEndsOperations(t *testing.T) {
+	c := startChild(t)
+	cl := connectChild(t, c)
+
+	const timeout = 20 * time.Second
+	var pending []ucp.Request
+	buf := make([]byte, 1<<20)
+	for i := range 64 {
+		if i == 16 {
+			require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+		}
+		var req ucp.Request
+		var err error
+		switch i % 3 {
+		case 0:
+			req, err = cl.ep.Get(make([]byte, 64<<10), cl.raddr, cl.rkey)
+		case 1:
+			req, err = cl.ep.Put(buf, cl.raddr, cl.rkey)
+		default:
+			req, err = cl.ep.SendAM(amEcho, nil, buf[:4096], 0)
+		}
+		if err != nil {
+			require.ErrorIs(t, err, ucs.ErrConnectionReset, "a later op fails with the endpoint's error")
+			continue
+		}
+		pending = append(pending, req)
+	}
+	start := time.Now()
+	failures := 0
+	for i := range pending {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := pending[i].Wait(ctx)
+		cancel()
+		if err != nil {
+			failures++
+			assert.NotErrorIs(t, err, ucs.ErrTimedOut, "op %d: waited out the timeout instead of failing", i)
+		}
+	}
+	assert.NotZero(t, failures, "no operation saw the peer die")
+	select {
+	case <-cl.ep.Failed():
+		require.Error(t, cl.ep.Err())
+	case <-time.After(timeout):
+		t.Fatal("endpoint failure not reported")
+	}
+	assert.Less(t, time.Since(start), 2*timeout)
+	_, err := cl.ep.Get(make([]byte, 8), cl.raddr, cl.rkey)
+	require.Error(t, err, "operations after the failure are refused")
+}

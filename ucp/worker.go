@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -35,6 +36,9 @@ func WithThreadMode(m ThreadMode) WorkerOption {
 	return func(o *workerOptions) { o.mode = m }
 }
 
+// pollTick bounds one sleep on the event fd.
+const pollTick = 50 * time.Millisecond
+
 // spinRounds is how many progress calls a wait makes before it arms the
 // event fd and sleeps: short operations finish without a system call.
 const spinRounds = 64
@@ -55,6 +59,14 @@ type Worker struct {
 	efd     *os.File
 	rc      syscall.RawConn
 	waiters atomic.Int32
+
+	// One goroutine at a time sleeps on the event fd (the poller); other
+	// waiters sleep on wake, which the poller closes when it wakes.
+	pollMu  sync.Mutex
+	polling bool
+	wake    chan struct{}
+
+	tickWakeups atomic.Uint64 // sleeps that ended by pollTick, not the fd
 }
 
 type abandonedRequest struct {
@@ -77,7 +89,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]*Endpoint{}, handlers: map[uint]*amHandler{}}
+	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]*Endpoint{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
 	if err := w.openEventFD(); err != nil {
 		cw.Destroy()
 		return nil, err
@@ -263,15 +275,35 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	}
 	w.waiters.Add(1)
 	defer w.waiters.Add(-1)
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() {
-			if w.res.Enter() {
-				w.c.Signal()
-				w.res.Exit()
-			}
-		})
-		defer stop()
+
+	w.pollMu.Lock()
+	if w.polling {
+		wake := w.wake
+		w.pollMu.Unlock()
+		select {
+		case <-wake:
+			return nil
+		case <-ctx.Done():
+			return ctxError("ucp: wait on worker", ctx.Err())
+		}
 	}
+	w.polling = true
+	w.pollMu.Unlock()
+	defer func() {
+		w.pollMu.Lock()
+		w.polling = false
+		close(w.wake)
+		w.wake = make(chan struct{})
+		w.pollMu.Unlock()
+	}()
+
+	// The sleep is bounded: a guard against a lost wake-up (and the way a
+	// cancelled ctx is noticed) costs a few progress calls per pollTick.
+	deadline := time.Now().Add(pollTick)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	w.efd.SetReadDeadline(deadline)
 	first := true
 	err := w.rc.Read(func(uintptr) bool {
 		if first {
@@ -280,6 +312,10 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 		}
 		return true
 	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.tickWakeups.Add(1)
+		err = nil
+	}
 	if err != nil {
 		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
 	}
