@@ -3,6 +3,7 @@ package uct
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -76,5 +77,5 @@ func ExportCapable() (MDReport, error) {
 		}
 		why = append(why, fmt.Sprintf("%s: %s", name, r.Reason))
 	}
-	return MDReport{}, ucs.Errorf("uct: find an export-capable memory domain", ucs.ErrUnsupported, "none of %d found can export (%v)", len(reports), why)
+	return MDReport{}, ucs.Errorf("uct: find an export-capable memory domain", ucs.ErrUnsupported, "none of %d can export (%s)", len(reports), strings.Join(why, "; "))
 }

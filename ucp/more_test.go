@@ -1,0 +1,194 @@
+package ucp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
+)
+
+func TestListenerAcceptAndReject(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer server.Close()
+	client, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer client.Close()
+	l, err := server.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	require.NotZero(t, l.Addr().Port())
+
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); client.Run(run) }()
+	defer func() { stop(); <-done }()
+
+	// First connection rejected, second accepted.
+	for i, accept := range []bool{false, true} {
+		ep, err := client.Connect(l.Addr().String())
+		require.NoError(t, err)
+		cr, err := l.Accept(waitCtx(t))
+		require.NoError(t, err, "connection %d", i)
+		assert.True(t, cr.ClientAddr().Addr().IsLoopback(), "client address %v", cr.ClientAddr())
+		if !accept {
+			require.NoError(t, cr.Reject())
+			select {
+			case <-ep.Failed():
+			case <-time.After(20 * time.Second):
+				t.Fatal("rejected client not told")
+			}
+			closeEP(t, ep)
+			continue
+		}
+		sep, err := cr.Accept()
+		require.NoError(t, err)
+		require.NoError(t, sep.Flush(waitCtx(t)))
+		closeEP(t, sep)
+		closeEP(t, ep)
+	}
+
+	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = l.Accept(actx)
+	require.ErrorIs(t, err, ucs.ErrTimedOut, "Accept honours its context")
+}
+
+func TestConnectBadAddress(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Connect("not an address")
+	require.ErrorIs(t, err, ucs.ErrInvalidAddr)
+	_, err = w.Listen("300.1.1.1:1")
+	require.ErrorIs(t, err, ucs.ErrInvalidAddr)
+	_, err = w.ConnectAddress(nil)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+}
+
+// Many goroutines share one worker and endpoint: the worker serializes them.
+func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
+	p := newPair(t, "posix,sysv,self", false)
+	target, err := p.ctx.MemMap(ucp.Allocate(1 << 20))
+	require.NoError(t, err)
+	defer target.Close()
+	packed, err := target.PackRkey()
+	require.NoError(t, err)
+	rkey, err := p.ep.UnpackRkey(packed)
+	require.NoError(t, err)
+	defer rkey.Close()
+	tb, err := target.Bytes()
+	require.NoError(t, err)
+
+	const goroutines, ops = 16, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			off := uint64(g * 4096)
+			for i := range ops {
+				src := []byte(fmt.Sprintf("%02d:%05d", g, i))
+				req, err := p.ep.Put(src, target.Address()+off, rkey)
+				if err == nil {
+					err = req.Wait(context.Background())
+				}
+				if err == nil {
+					dst := make([]byte, len(src))
+					req, err = p.ep.Get(dst, target.Address()+off, rkey)
+					if err == nil {
+						err = req.Wait(context.Background())
+					}
+					if err == nil && string(dst) != string(src) {
+						err = fmt.Errorf("goroutine %d op %d read %q", g, i, dst)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if i%50 == 0 {
+					p.client.Progress()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, fmt.Sprintf("%02d:%05d", 3, ops-1), string(tb[3*4096:3*4096+8]))
+}
+
+// Closing parents before children is safe: children keep them alive.
+func TestCloseParentsFirst(t *testing.T) {
+	base := ucs.LiveHandles()
+	ctx, err := ucp.NewContext()
+	require.NoError(t, err)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	peer, err := ctx.NewWorker()
+	require.NoError(t, err)
+	addr, err := peer.Address()
+	require.NoError(t, err)
+	ep, err := w.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	require.NoError(t, err)
+	mem, err := ctx.MemMap(ucp.Allocate(4096))
+	require.NoError(t, err)
+	packed, err := mem.PackRkey()
+	require.NoError(t, err)
+	rkey, err := ep.UnpackRkey(packed)
+	require.NoError(t, err)
+
+	require.NoError(t, ctx.Close())
+	require.NoError(t, w.Close())
+	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
+	_, err = mem.PackRkey()
+	require.NoError(t, err, "a mapping outlives its closed context")
+	require.NoError(t, mem.Close())
+	require.NoError(t, rkey.Close())
+	require.NoError(t, peer.Close())
+	assert.Equal(t, base, ucs.LiveHandles())
+}
+
+// The real export/import path: needs an export-capable memory domain.
+func TestExportImportEndToEnd(t *testing.T) {
+	r, err := uct.ExportCapable()
+	if errors.Is(err, ucs.ErrUnsupported) {
+		t.Skipf("needs a memory domain with UCT_MD_FLAG_EXPORTED_MKEY (mlx5 DevX: ConnectX-6 Dx+, BlueField-2/3); none found: %v", err)
+	}
+	require.NoError(t, err)
+	t.Logf("exporting with %s/%s", r.Component, r.MD)
+	exporter := newContext(t, ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureExportedMemh))
+	importer := newContext(t, ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureExportedMemh))
+	mem, err := exporter.MemMap(ucp.Allocate(1 << 20))
+	require.NoError(t, err)
+	defer mem.Close()
+	b, err := mem.Bytes()
+	require.NoError(t, err)
+	copy(b, pattern(len(b), 4))
+	desc, err := mem.Export()
+	require.NoError(t, err)
+	d, err := ucp.ParseDescriptor(desc)
+	require.NoError(t, err)
+	assert.Equal(t, mem.Address(), d.Address)
+	assert.Equal(t, uint64(mem.Len()), d.Length)
+	imported, err := importer.MemMap(ucp.Import(desc))
+	require.NoError(t, err)
+	defer imported.Close()
+	assert.Equal(t, ucp.Imported, imported.Kind())
+	assert.Equal(t, mem.Address(), imported.Address())
+}
