@@ -50,6 +50,12 @@ void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
 
 /* ---- context ----------------------------------------------------------- */
 
+static ucs_status_t ucxgo_ucp_config_modify(void *config, const char *name,
+                                            const char *value)
+{
+    return ucp_config_modify(config, name, value);
+}
+
 ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
                             const char *kv, unsigned kv_count,
                             const char *name, ucp_context_h *ctx_p,
@@ -58,21 +64,15 @@ ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
     ucp_config_t *config;
     ucp_params_t params;
     ucs_status_t status;
-    const char *key, *value;
-    unsigned i;
 
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         return status;
     }
-    for (i = 0, key = kv; i < kv_count; ++i) {
-        value  = key + strlen(key) + 1;
-        status = ucp_config_modify(config, key, value);
-        if (status != UCS_OK) {
-            *failed_kv = i;
-            goto out;
-        }
-        key = value + strlen(value) + 1;
+    status = ucxgo_apply_config(config, kv, kv_count, ucxgo_ucp_config_modify,
+                                failed_kv);
+    if (status != UCS_OK) {
+        goto out;
     }
 
     memset(&params, 0, sizeof(params));

@@ -62,31 +62,41 @@ ucs_status_t ucxgo_component_query(uct_component_h component,
     return status;
 }
 
+ucs_status_t ucxgo_apply_config(void *config, const char *kv, unsigned kv_count,
+                                ucs_status_t (*modify)(void *, const char *, const char *),
+                                unsigned *failed_kv)
+{
+    const char *key = kv, *value;
+    ucs_status_t status;
+    unsigned i;
+
+    for (i = 0; i < kv_count; ++i) {
+        value  = key + strlen(key) + 1;
+        status = modify(config, key, value);
+        if (status != UCS_OK) {
+            *failed_kv = i;
+            return status;
+        }
+        key = value + strlen(value) + 1;
+    }
+    return UCS_OK;
+}
+
 ucs_status_t ucxgo_md_open(uct_component_h component, const char *md_name,
                            const char *kv, unsigned kv_count, uct_md_h *md_p,
                            unsigned *failed_kv)
 {
     uct_md_config_t *config;
     ucs_status_t status;
-    const char *key, *value;
-    unsigned i;
 
     status = uct_md_config_read(component, NULL, NULL, &config);
     if (status != UCS_OK) {
         return status;
     }
-    /* kv holds kv_count pairs of NUL-terminated strings, back to back. */
-    for (i = 0, key = kv; i < kv_count; ++i) {
-        value  = key + strlen(key) + 1;
-        status = uct_config_modify(config, key, value);
-        if (status != UCS_OK) {
-            *failed_kv = i;
-            goto out;
-        }
-        key = value + strlen(value) + 1;
+    status = ucxgo_apply_config(config, kv, kv_count, uct_config_modify, failed_kv);
+    if (status == UCS_OK) {
+        status = uct_md_open(component, md_name, config, md_p);
     }
-    status = uct_md_open(component, md_name, config, md_p);
-out:
     uct_config_release(config);
     return status;
 }

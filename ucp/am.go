@@ -99,13 +99,7 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
 	m.consumed = true
-	var pin *runtime.Pinner
-	var p unsafe.Pointer
-	if m.length > 0 {
-		pin = new(runtime.Pinner)
-		p = unsafe.Pointer(unsafe.SliceData(buf))
-		pin.Pin(p)
-	}
+	p, pin := pinBytes(buf[:m.length])
 	return m.receive(op, p, cgo.MemHandle{}, pin), nil
 }
 

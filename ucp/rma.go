@@ -47,14 +47,19 @@ func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64
 	return ep.rma(op, put, p, n, m.h, raddr, rkey, nil)
 }
 
-func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
-	var pin *runtime.Pinner
-	var p unsafe.Pointer
-	if len(b) > 0 {
-		p = unsafe.Pointer(unsafe.SliceData(b))
-		pin = new(runtime.Pinner)
-		pin.Pin(p)
+// pinBytes pins b for an operation that outlives the cgo call.
+func pinBytes(b []byte) (unsafe.Pointer, *runtime.Pinner) {
+	if len(b) == 0 {
+		return nil, nil
 	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	pin := new(runtime.Pinner)
+	pin.Pin(p)
+	return p, pin
+}
+
+func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	p, pin := pinBytes(b)
 	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin)
 	if err != nil && pin != nil {
 		pin.Unpin()
@@ -88,13 +93,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 // SendAM sends an active message with header and data to handler id on
 // the peer. The header is copied by UCX; data is pinned until completion.
 func (ep *Endpoint) SendAM(id uint, header, data []byte, flags AMSendFlags) (Request, error) {
-	var pin *runtime.Pinner
-	var p unsafe.Pointer
-	if len(data) > 0 {
-		p = unsafe.Pointer(unsafe.SliceData(data))
-		pin = new(runtime.Pinner)
-		pin.Pin(p)
-	}
+	p, pin := pinBytes(data)
 	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin)
 	if err != nil && pin != nil {
 		pin.Unpin()

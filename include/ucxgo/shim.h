@@ -55,6 +55,12 @@ typedef struct ucxgo_field_layout {
     const char *name;
 } ucxgo_field_layout_t;
 
+/* Applies kv_count "key\0value\0" pairs (back to back in kv) with modify;
+ * on failure *failed_kv is the index of the pair. */
+ucs_status_t ucxgo_apply_config(void *config, const char *kv, unsigned kv_count,
+                                ucs_status_t (*modify)(void *, const char *, const char *),
+                                unsigned *failed_kv);
+
 /* versions */
 void ucxgo_built_version(unsigned *major, unsigned *minor, unsigned *patch);
 void ucxgo_loaded_version(unsigned *major, unsigned *minor, unsigned *patch);
