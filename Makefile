@@ -1,6 +1,7 @@
 # ucx-go. The two commands of the README:
-#   make info   the main job: UCX versions, memory domains, export capability
+#   make demo   the main job: exporter and importer round trip on loopback
 #   make test   vet + tests (-race, and again with GOEXPERIMENT=cgocheck2)
+# and make info: UCX versions, memory domains, export capability.
 # Both run natively when pkg-config finds a supported UCX, else inside a
 # cached Debian root filesystem (ci/rootfs.sh); UCX_SUITE=forky picks 1.23.
 
@@ -13,13 +14,16 @@ HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
 UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
 export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
 
-.PHONY: test info test-native info-native check-guards
+.PHONY: test info demo test-native info-native demo-native check-guards
 
 test:
 	@ci/run.sh test-native
 
 info:
 	@ci/run.sh info-native
+
+demo:
+	@ci/run.sh demo-native
 
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
@@ -31,6 +35,9 @@ test-native:
 
 info-native:
 	$(GO) run ./examples/doctor
+
+demo-native:
+	ci/demo.sh
 
 # The build-time and run-time version guards, against real other releases.
 check-guards:
