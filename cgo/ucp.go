@@ -109,6 +109,11 @@ func (w Worker) Progress() uint { return uint(C.ucxgo_worker_progress(w.p)) }
 // connection request, an endpoint error). Reading it is not a cgo call.
 func (w Worker) Events() uint64 { return uint64(w.p.events) }
 
+// Completions counts requests completed by UCX callbacks (not a cgo call).
+func (w Worker) Completions() uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&w.p.completions)))
+}
+
 // AMDropped counts messages the shim could not queue (out of memory).
 func (w Worker) AMDropped() uint64 { return uint64(w.p.am_dropped) }
 

@@ -19,15 +19,21 @@ static void ucxgo_req_complete(void *request, ucs_status_t status, size_t length
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
 }
 
+/* user_data is the worker: counting completions lets Go wake a goroutine
+ * sleeping for one that another goroutine's progress completed. */
 static void ucxgo_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     ucxgo_req_complete(request, status, 0);
+    __atomic_fetch_add(&((ucxgo_worker_t *)user_data)->completions, 1,
+                       __ATOMIC_RELEASE);
 }
 
 static void ucxgo_recv_am_cb(void *request, ucs_status_t status, size_t length,
                              void *user_data)
 {
     ucxgo_req_complete(request, status, length);
+    __atomic_fetch_add(&((ucxgo_worker_t *)user_data)->completions, 1,
+                       __ATOMIC_RELEASE);
 }
 
 void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
@@ -197,8 +203,9 @@ ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send      = ucxgo_send_cb;
+    param.user_data    = w;
     return ucp_worker_flush_nbx(w->worker, &param);
 }
 
@@ -307,8 +314,10 @@ ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send      = ucxgo_send_cb;
+    param.user_data    = ep->worker;
     /* The header is copied, so Go need not keep it alive. */
     param.flags        = flags | UCP_AM_SEND_FLAG_COPY_HEADER;
     if (memh != NULL) {
@@ -323,8 +332,9 @@ ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am   = ucxgo_recv_am_cb;
+    param.user_data    = w;
     if (memh != NULL) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh          = memh;
@@ -509,8 +519,10 @@ ucs_status_ptr_t ucxgo_ep_close(ucxgo_ep_t *e, int force)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send      = ucxgo_send_cb;
+    param.user_data    = e->worker;
     param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     return ucp_ep_close_nbx(e->ep, &param);
 }
@@ -524,8 +536,9 @@ ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *e)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send      = ucxgo_send_cb;
+    param.user_data    = e->worker;
     return ucp_ep_flush_nbx(e->ep, &param);
 }
 
@@ -636,10 +649,12 @@ void ucxgo_rkey_destroy(ucp_rkey_h rkey)
 
 /* ---- RMA ---------------------------------------------------------------- */
 
-static void ucxgo_rma_param(ucp_request_param_t *param, ucp_mem_h memh)
+static void ucxgo_rma_param(ucp_request_param_t *param, ucxgo_ep_t *e,
+                            ucp_mem_h memh)
 {
-    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param->cb.send      = ucxgo_send_cb;
+    param->user_data    = e->worker;
     if (memh != NULL) {
         param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param->memh          = memh;
@@ -650,7 +665,7 @@ ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *e, const void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
 {
     ucp_request_param_t param;
-    ucxgo_rma_param(&param, memh);
+    ucxgo_rma_param(&param, e, memh);
     return ucp_put_nbx(e->ep, buf, len, raddr, rkey, &param);
 }
 
@@ -658,6 +673,6 @@ ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *e, void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
 {
     ucp_request_param_t param;
-    ucxgo_rma_param(&param, memh);
+    ucxgo_rma_param(&param, e, memh);
     return ucp_get_nbx(e->ep, buf, len, raddr, rkey, &param);
 }

@@ -52,11 +52,12 @@ type Worker struct {
 
 	mu        sync.Mutex // serializes every UCX call on the worker
 	seen      uint64     // shim events handled so far
+	completed uint64     // request completions seen so far
 	eps       map[unsafe.Pointer]*Endpoint
 	handlers  map[uint]*amHandler
 	abandoned []abandonedRequest
 
-	efd     *os.File
+	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
 	rc      syscall.RawConn
 	waiters atomic.Int32
 
@@ -67,6 +68,7 @@ type Worker struct {
 	wake    chan struct{}
 
 	tickWakeups atomic.Uint64 // sleeps that ended by pollTick, not the fd
+	idle        atomic.Bool   // the last sleep ended by pollTick
 }
 
 type abandonedRequest struct {
@@ -104,7 +106,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 }
 
 // openEventFD puts a duplicate of the worker's event fd in Go's netpoller,
-// so blocked waits cost no thread and no CPU.
+// so a sleeping worker costs no thread and no CPU.
 func (w *Worker) openEventFD() error {
 	const op = "ucp: worker event fd"
 	fd, st := w.c.EventFD()
@@ -121,13 +123,22 @@ func (w *Worker) openEventFD() error {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
 	w.efd = os.NewFile(uintptr(dup), "ucp-worker-efd")
-	w.rc, err = w.efd.SyscallConn()
-	if err != nil {
+	if w.rc, err = w.efd.SyscallConn(); err != nil {
 		w.efd.Close()
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
 	return nil
 }
+
+// Stats are counters for diagnosing a worker's waits.
+type Stats struct {
+	// TickWakeups counts sleeps on the event fd that ended by the 50 ms
+	// guard tick rather than an event: each is a wake-up UCX did not signal.
+	TickWakeups uint64
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats { return Stats{TickWakeups: w.tickWakeups.Load()} }
 
 // Context is the worker's context.
 func (w *Worker) Context() *Context { return w.ctx }
@@ -191,8 +202,12 @@ func (w *Worker) progressLocked() (int, []cgo.AMMessage) {
 	if len(w.abandoned) > 0 {
 		w.reapAbandoned()
 	}
+	woke := n > 0
+	if c := w.c.Completions(); c != w.completed {
+		w.completed, woke = c, true
+	}
 	w.mu.Unlock()
-	if n > 0 && w.waiters.Load() > 0 {
+	if woke && w.waiters.Load() > 0 {
 		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
 	}
 	return n, msgs
@@ -256,26 +271,24 @@ func (w *Worker) Run(ctx context.Context) error {
 // waitFor progresses, and if nothing happened and ready (when set) is not
 // true, arms the event fd and sleeps until it fires or ctx is done.
 func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
-	for range spinRounds {
+	rounds := spinRounds
+	if w.idle.Load() { // the last sleep saw no event: do not spin again
+		rounds = 1
+	}
+	for range rounds {
 		if w.progress() > 0 || (ready != nil && ready()) {
+			w.idle.Store(false)
 			return nil
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return ctxError("ucp: wait on worker", err)
 	}
-	w.mu.Lock()
-	st := ucs.Status(w.c.Arm())
-	w.mu.Unlock()
-	if st == ucs.ErrBusy {
-		return nil
-	}
-	if err := ucs.StatusError(st, "ucp: arm worker"); err != nil {
-		return err
-	}
 	w.waiters.Add(1)
 	defer w.waiters.Add(-1)
 
+	// Only the poller arms: an arm by another goroutine after the poller
+	// went to sleep can consume the event the poller sleeps for.
 	w.pollMu.Lock()
 	if w.polling {
 		wake := w.wake
@@ -297,11 +310,31 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 		w.pollMu.Unlock()
 	}()
 
-	// The sleep is bounded: a guard against a lost wake-up (and the way a
-	// cancelled ctx is noticed) costs a few progress calls per pollTick.
+	w.mu.Lock()
+	st := ucs.Status(w.c.Arm())
+	w.mu.Unlock()
+	if st == ucs.ErrBusy {
+		return nil
+	}
+	if err := ucs.StatusError(st, "ucp: arm worker"); err != nil {
+		return err
+	}
+
+	// Sleep in Go's netpoller on the event fd. The sleep is bounded: a guard
+	// against a lost wake-up costs one progress call per pollTick. A
+	// cancelled ctx signals the worker, which wakes the poller.
 	deadline := time.Now().Add(pollTick)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if w.res.Enter() {
+				w.c.Signal()
+				w.res.Exit()
+			}
+		})
+		defer stop()
 	}
 	w.efd.SetReadDeadline(deadline)
 	first := true
@@ -312,12 +345,14 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 		}
 		return true
 	})
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.tickWakeups.Add(1)
-		err = nil
-	}
-	if err != nil {
+		w.idle.Store(true)
+	case err != nil:
 		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
+	default:
+		w.idle.Store(false)
 	}
 	if err := ctx.Err(); err != nil {
 		return ctxError("ucp: wait on worker", err)

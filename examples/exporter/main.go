@@ -22,9 +22,9 @@ import (
 
 	"github.com/ucxgo/ucx/examples/envelope"
 	"github.com/ucxgo/ucx/examples/internal/demo"
-	"github.com/ucxgo/ucx/uct"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
 )
 
 type config struct {

@@ -42,6 +42,7 @@ typedef struct ucxgo_worker {
     uint64_t         events;   /* bumped by every callback that queues work */
     ucxgo_am_msg_t  *am_head, *am_tail;
     uint64_t         am_dropped; /* messages not queued: out of memory */
+    uint64_t         completions; /* requests completed by callbacks (atomic) */
 } ucxgo_worker_t;
 
 typedef struct ucxgo_ep {
