@@ -38,8 +38,12 @@ bind() { # bind SRC [DST-inside]
 	mount --rbind "$1" "$dst"
 	mounted+=("$dst")
 }
+# The root must be a mount point of its own for `ip netns exec` (it makes /
+# a slave mount); /run is a fresh tmpfs for network-namespace handles.
+mount --bind "$rootfs" "$rootfs"; mounted+=("$rootfs")
 mkdir -p "$rootfs/proc"
 mount -t proc proc "$rootfs/proc"; mounted+=("$rootfs/proc")
+mount -t tmpfs tmpfs "$rootfs/run"; mounted+=("$rootfs/run")
 bind /sys
 bind /dev
 bind /dev/shm

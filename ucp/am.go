@@ -147,17 +147,21 @@ func (m *AMMessage) Drop() {
 	m.w.res.Release()
 }
 
+// amMessage is a message taken from the shim's queue, with its reply
+// endpoint resolved while the worker was locked.
+type amMessage struct {
+	cgo.AMMessage
+	Reply *Endpoint
+}
+
 // dispatch runs the handlers of messages taken from the shim's queue.
-func (w *Worker) dispatch(msgs []cgo.AMMessage) {
+func (w *Worker) dispatch(msgs []amMessage) {
 	for i := range msgs {
 		cm := &msgs[i]
 		m := &AMMessage{ID: cm.ID, Header: cm.Header, Data: cm.Data, w: w,
-			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc}
+			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
 		w.mu.Lock()
 		h := w.handlers[cm.ID]
-		if cm.ReplyEP != nil {
-			m.reply = w.eps[cm.ReplyEP]
-		}
 		w.mu.Unlock()
 		if h != nil {
 			h.fn(m)

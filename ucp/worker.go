@@ -183,16 +183,23 @@ func (w *Worker) progress() int {
 	return n
 }
 
-func (w *Worker) progressLocked() (int, []cgo.AMMessage) {
+func (w *Worker) progressLocked() (int, []amMessage) {
 	w.mu.Lock()
 	n := int(w.c.Progress())
-	var msgs []cgo.AMMessage
+	var msgs []amMessage
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
-		msgs = w.c.TakeAM(nil)
-		for _, m := range msgs {
-			if m.Rndv {
+		for _, m := range w.c.TakeAM(nil) {
+			msgs = append(msgs, amMessage{AMMessage: m})
+		}
+		for i := range msgs {
+			if msgs[i].Rndv {
 				w.res.Ref() // rendezvous data lives in the worker until received
+			}
+			// Resolve the reply endpoint now, before a failure handled in
+			// this same round can close it.
+			if msgs[i].ReplyEP != nil {
+				msgs[i].Reply = w.eps[msgs[i].ReplyEP]
 			}
 		}
 		for _, ep := range w.eps {

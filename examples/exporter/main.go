@@ -38,6 +38,7 @@ type config struct {
 	revokeTimeout time.Duration
 	addrFile      string
 	json          bool
+	fault         string
 }
 
 func main() {
@@ -54,6 +55,7 @@ func main() {
 	flag.DurationVar(&c.revokeTimeout, "revoke-timeout", 5*time.Second, "how long to wait for importers to acknowledge a revoke")
 	flag.StringVar(&c.addrFile, "addr-file", "", "write the listening address to this file once listening")
 	flag.BoolVar(&c.json, "json", false, "print the summary as JSON")
+	flag.StringVar(&c.fault, "fault", "", "fault injection for tests: send the first importer an envelope with bad magic, version, hmac, or truncated")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [flags]\n\nExports host memory to importers (the DPU side).\n\n", os.Args[0])
 		flag.PrintDefaults()
@@ -257,6 +259,9 @@ func run(ctx context.Context, c config) error {
 				ep.Close(context.Background(), ucp.CloseForce)
 				continue
 			}
+			if n == 1 && c.fault != "" {
+				env = injectFault(env, c.fault)
+			}
 			mu.Lock()
 			sessions[ep] = s
 			sum.Served++
@@ -271,9 +276,8 @@ func run(ctx context.Context, c config) error {
 			go func() {
 				select {
 				case <-ep.Failed():
-					mu.Lock()
-					delete(sessions, ep)
-					mu.Unlock()
+					// The session stays known: an acknowledgement sent just
+					// before the importer left may still be dispatched.
 					if !c.json {
 						fmt.Printf("exporter: importer %d gone: %v\n", s.id, ep.Err())
 					}
@@ -400,4 +404,20 @@ func mapMemory(ctx *ucp.Context, source string, size int) (*ucp.Mem, func(), err
 		return m, func() { m.Close(); syscall.Munmap(region) }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown -source %q (alloc, go, file:PATH)", source)
+}
+
+// injectFault spoils an envelope the way a broken or hostile exporter would.
+func injectFault(env []byte, fault string) []byte {
+	env = append([]byte(nil), env...)
+	switch fault {
+	case "magic":
+		env[0] ^= 0xff
+	case "version":
+		env[8]++
+	case "hmac":
+		env[len(env)/2] ^= 1
+	case "truncated":
+		env = env[:len(env)-7]
+	}
+	return env
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ucxgo/ucx/examples/envelope"
@@ -38,7 +39,11 @@ const (
 	exitFail     = 1
 	exitEnvelope = 3 // the envelope was refused
 	exitMismatch = 4 // data did not verify
+	exitRevoked  = 5 // the exporter revoked the key before the run finished
 )
+
+// errRevoked stops the transfers when the exporter revokes the key.
+var errRevoked = errors.New("the exporter revoked the key")
 
 func main() {
 	var c config
@@ -130,6 +135,7 @@ type link struct {
 	// side and a DPU buffer the remote one, on an endpoint to this worker.
 	reversed bool
 	mirror   *ucp.Mem // export mode: the DPU buffer the host memory is copied to and from
+	revoked  <-chan struct{}
 }
 
 // localBytes is the DPU-side copy of the region, which the importer checks.
@@ -142,6 +148,11 @@ func (l *link) localBytes() ([]byte, error) {
 
 // op moves n bytes at off: read (host to DPU) or write (DPU to host).
 func (l *link) op(n, off int, read bool, timeout time.Duration) error {
+	select {
+	case <-l.revoked:
+		return errRevoked
+	default:
+	}
 	var req ucp.Request
 	var err error
 	if read != l.reversed { // rkey read, or export-mode write: get into the local side
@@ -211,7 +222,8 @@ func run(c config) (*summary, int, error) {
 
 	envs := make(chan []byte, 1)
 	results := make(chan [2]string, 1)
-	revoked := make(chan struct{}, 1)
+	revoked := make(chan struct{})
+	var revokeOnce sync.Once
 	must(w.SetAMHandler(demo.AMEnvelope, func(m *ucp.AMMessage) { envs <- m.Data }))
 	must(w.SetAMHandler(demo.AMResult, func(m *ucp.AMMessage) {
 		ok := "0"
@@ -220,7 +232,7 @@ func run(c config) (*summary, int, error) {
 		}
 		results <- [2]string{ok, string(m.Data)}
 	}))
-	must(w.SetAMHandler(demo.AMRevoke, func(*ucp.AMMessage) { revoked <- struct{}{} }))
+	must(w.SetAMHandler(demo.AMRevoke, func(*ucp.AMMessage) { revokeOnce.Do(func() { close(revoked) }) }))
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
@@ -265,10 +277,31 @@ func run(c config) (*summary, int, error) {
 	if err != nil {
 		return sum, exitFail, err
 	}
-	defer cleanup()
+	l.revoked = revoked
+	// However the run ends, drop the key and tell the exporter (the same
+	// message acknowledges a revoke).
+	defer func() {
+		cleanup()
+		if req, err := ep.SendAM(demo.AMAck, nil, nil, ucp.AMReply); err == nil {
+			waitReq(&req, c.timeout)
+		}
+	}()
+	sum, code, err := l.exercise(c, ep, sum, results)
+	if errors.Is(err, errRevoked) {
+		sum.Revoked = true
+		return sum, exitRevoked, err
+	}
+	return sum, code, err
+}
 
-	n := int(env.Length)
-	lb, _ := l.localBytes()
+// exercise reads and verifies the host memory, writes a new pattern for the
+// exporter to verify, and times 8-byte reads.
+func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [2]string) (*summary, int, error) {
+	n := int(sum.Bytes)
+	lb, err := l.localBytes()
+	if err != nil {
+		return sum, exitFail, err
+	}
 	// Read the host memory and verify it.
 	start := time.Now()
 	if err := l.transfer(c, n, true, !c.json); err != nil {
@@ -327,15 +360,6 @@ func run(c config) (*summary, int, error) {
 		sum.LatencyP50, sum.LatencyP99, sum.LatencyP999 = pct(lat, 0.50), pct(lat, 0.99), pct(lat, 0.999)
 	}
 
-	// Done with the key: tell the exporter (the same message answers a revoke).
-	select {
-	case <-revoked:
-		sum.Revoked = true
-	default:
-	}
-	if req, err := ep.SendAM(demo.AMAck, nil, nil, ucp.AMReply); err == nil {
-		waitReq(&req, c.timeout)
-	}
 	return sum, exitOK, nil
 }
 

@@ -1,0 +1,252 @@
+// Package faults runs the real exporter and importer programs against each
+// other and breaks things: bad envelopes, killed peers, revocation, and two
+// hosts in separate network namespaces.
+package faults
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var bin string // folder with the built programs
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ucxgo-faults")
+	if err != nil {
+		panic(err)
+	}
+	bin = dir
+	for _, prog := range []string{"exporter", "importer"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, prog), "../"+prog).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", prog, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	done   chan struct{}
+	status error
+}
+
+func start(t *testing.T, prefix []string, prog string, args ...string) *proc {
+	t.Helper()
+	argv := append(append([]string{}, prefix...), filepath.Join(bin, prog))
+	argv = append(argv, args...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.status = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", prog, p.out.String())
+		}
+	})
+	return p
+}
+
+// wait returns the exit code, failing the test after timeout.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s still running after %s:\n%s", p.cmd.Path, timeout, p.out.String())
+	}
+	if ee, ok := p.status.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	require.NoError(t, p.status)
+	return 0
+}
+
+type setup struct {
+	secret, addrFile string
+	netns            []string // command prefix for the exporter (network namespace)
+	importerNS       []string
+	host             string // the exporter's address to connect to; empty: from addrFile
+}
+
+func newSetup(t *testing.T) *setup {
+	dir := t.TempDir()
+	s := &setup{secret: filepath.Join(dir, "secret"), addrFile: filepath.Join(dir, "addr")}
+	require.NoError(t, os.WriteFile(s.secret, []byte("a shared test secret"), 0o600))
+	return s
+}
+
+func (s *setup) exporter(t *testing.T, args ...string) *proc {
+	listen := "127.0.0.1:0"
+	if s.host != "" {
+		listen = s.host + ":0"
+	}
+	p := start(t, s.netns, "exporter", append([]string{"-listen", listen, "-key-file", s.secret, "-addr-file", s.addrFile}, args...)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(s.addrFile); err == nil && len(b) > 0 {
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("exporter exited: %s", p.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatal("exporter did not start listening")
+	return nil
+}
+
+func (s *setup) importer(t *testing.T, args ...string) *proc {
+	b, err := os.ReadFile(s.addrFile)
+	require.NoError(t, err)
+	return start(t, s.importerNS, "importer", append([]string{"-connect", strings.TrimSpace(string(b)), "-key-file", s.secret, "-timeout", "10s", "-latency-ops", "100"}, args...)...)
+}
+
+// A broken envelope is refused with its own error, and the exporter keeps
+// serving the next, well-behaved importer.
+func TestBadEnvelopeRefusedAndNextImporterServed(t *testing.T) {
+	for fault, want := range map[string]string{
+		"magic":     "bad magic",
+		"version":   "unsupported version",
+		"hmac":      "authentication failed",
+		"truncated": "truncated",
+	} {
+		t.Run(fault, func(t *testing.T) {
+			s := newSetup(t)
+			exp := s.exporter(t, "-size", "4", "-serve", "1", "-fault", fault)
+			bad := s.importer(t)
+			assert.Equal(t, 3, bad.wait(t, 30*time.Second), "exit code of the refused importer")
+			assert.Contains(t, bad.out.String(), want)
+			good := s.importer(t)
+			require.Equal(t, 0, good.wait(t, 60*time.Second), "second importer: %s", good.out.String())
+			assert.Contains(t, good.out.String(), "importer: PASS")
+			require.Equal(t, 0, exp.wait(t, 30*time.Second))
+		})
+	}
+}
+
+func TestWrongKeyAndExpiredLease(t *testing.T) {
+	s := newSetup(t)
+	exp := s.exporter(t, "-size", "4", "-serve", "1")
+	wrong := s.importer(t, "-key-file", "/dev/null")
+	assert.Equal(t, 2, wrong.wait(t, 30*time.Second), "an empty key file is a usage error")
+	other := start(t, nil, "importer", "-connect", strings.TrimSpace(mustRead(t, s.addrFile)), "-key", "not the secret", "-timeout", "10s")
+	assert.Equal(t, 3, other.wait(t, 30*time.Second))
+	assert.Contains(t, other.out.String(), "authentication failed")
+	good := s.importer(t)
+	require.Equal(t, 0, good.wait(t, 60*time.Second))
+	require.Equal(t, 0, exp.wait(t, 30*time.Second))
+
+	s2 := newSetup(t)
+	exp2 := s2.exporter(t, "-size", "4", "-lease", "1ns")
+	late := s2.importer(t)
+	assert.Equal(t, 3, late.wait(t, 30*time.Second))
+	assert.Contains(t, late.out.String(), "lease expired")
+	exp2.cmd.Process.Signal(syscall.SIGTERM)
+	require.Equal(t, 0, exp2.wait(t, 30*time.Second))
+}
+
+func mustRead(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// An importer killed mid-transfer is dropped; the next one is served.
+func TestImporterKilledMidTransfer(t *testing.T) {
+	s := newSetup(t)
+	exp := s.exporter(t, "-size", "256", "-serve", "1")
+	victim := s.importer(t, "-chunk", "65536")
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
+	victim.wait(t, 10*time.Second)
+	good := s.importer(t)
+	require.Equal(t, 0, good.wait(t, 120*time.Second), "importer after the killed one: %s", good.out.String())
+	require.Equal(t, 0, exp.wait(t, 30*time.Second))
+	assert.Contains(t, exp.out.String(), "served 2 importer(s)")
+}
+
+// An exporter killed mid-transfer: the importer's operations end with an
+// error within its timeout, it does not hang.
+func TestExporterKilledMidTransfer(t *testing.T) {
+	s := newSetup(t)
+	exp := s.exporter(t, "-size", "256")
+	imp := s.importer(t, "-chunk", "65536")
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, exp.cmd.Process.Signal(syscall.SIGKILL))
+	code := imp.wait(t, 60*time.Second)
+	assert.NotEqual(t, 0, code, "importer output: %s", imp.out.String())
+}
+
+// SIGTERM makes the exporter revoke the key at a running importer and wait
+// for its acknowledgement before unmapping.
+func TestRevokeOnShutdown(t *testing.T) {
+	s := newSetup(t)
+	exp := s.exporter(t, "-size", "4")
+	imp := s.importer(t, "-latency-ops", "100000000")
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, exp.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 5, imp.wait(t, 60*time.Second), "importer exit code after a revoke")
+	assert.Contains(t, imp.out.String(), "revoked")
+	require.Equal(t, 0, exp.wait(t, 30*time.Second))
+	assert.Contains(t, exp.out.String(), "revoked 1 (0 unacknowledged)")
+}
+
+// Two hosts: the exporter and the importer in their own network namespaces
+// joined by a veth pair, over tcp.
+func TestTwoHostsInNetworkNamespaces(t *testing.T) {
+	ns := fmt.Sprintf("ucxgo%d", os.Getpid())
+	run := func(args ...string) error {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	steps := [][]string{
+		{"netns", "add", ns + "a"}, {"netns", "add", ns + "b"},
+		{"link", "add", ns + "va", "type", "veth", "peer", "name", ns + "vb"},
+		{"link", "set", ns + "va", "netns", ns + "a"}, {"link", "set", ns + "vb", "netns", ns + "b"},
+		{"-n", ns + "a", "addr", "add", "10.77.0.1/24", "dev", ns + "va"},
+		{"-n", ns + "b", "addr", "add", "10.77.0.2/24", "dev", ns + "vb"},
+		{"-n", ns + "a", "link", "set", ns + "va", "up"}, {"-n", ns + "b", "link", "set", ns + "vb", "up"},
+		{"-n", ns + "a", "link", "set", "lo", "up"}, {"-n", ns + "b", "link", "set", "lo", "up"},
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", ns+"a").Run()
+		exec.Command("ip", "netns", "del", ns+"b").Run()
+	})
+	for _, step := range steps {
+		require.NoError(t, run(step...), "creating the namespaces (needs root and iproute2)")
+	}
+	s := newSetup(t)
+	s.netns = []string{"ip", "netns", "exec", ns + "a"}
+	s.importerNS = []string{"ip", "netns", "exec", ns + "b"}
+	s.host = "10.77.0.1"
+	exp := s.exporter(t, "-size", "16", "-serve", "1")
+	imp := s.importer(t)
+	require.Equal(t, 0, imp.wait(t, 120*time.Second), "importer in the second namespace: %s", imp.out.String())
+	assert.Contains(t, imp.out.String(), "importer: PASS")
+	require.Equal(t, 0, exp.wait(t, 30*time.Second))
+	assert.Contains(t, exp.out.String(), "connected from 10.77.0.2")
+}
+
+var _ = context.Background
