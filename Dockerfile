@@ -15,9 +15,13 @@ COPY . .
 RUN go mod download \
  && go vet ./... \
  && go build -o /usr/local/bin/ucx-doctor ./examples/doctor \
+ && go build -o /usr/local/bin/ucx-exporter ./examples/exporter \
+ && go build -o /usr/local/bin/ucx-importer ./examples/importer \
  && mkdir -p /usr/local/lib/ucx-go-tests \
  && go test -c -o /usr/local/lib/ucx-go-tests/ ./...
 
-# docker run IMAGE            -> the doctor report
-# docker run IMAGE make test  -> the test suites
+# docker run IMAGE                       -> the doctor report
+# docker run IMAGE make demo             -> exporter/importer round trip
+# docker run --privileged IMAGE make test -> the test suites (the network
+#                                           namespace test needs CAP_SYS_ADMIN)
 CMD ["ucx-doctor"]

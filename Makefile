@@ -14,7 +14,7 @@ HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
 UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
 export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
 
-.PHONY: test info demo test-native info-native demo-native check-guards
+.PHONY: test info demo test-native info-native demo-native check-guards test-softroce
 
 test:
 	@ci/run.sh test-native
@@ -43,3 +43,10 @@ demo-native:
 check-guards:
 	ci/check-version-guard.sh
 	ci/check-version-mismatch.sh
+
+# The suites and the demo over verbs on a soft-RoCE device; exits 2 with the
+# reason where the kernel has no rdma_rxe (as on the project's machines).
+test-softroce:
+	@dev=$$(ci/softroce.sh) || exit $$?; \
+	echo "== soft-RoCE device $$dev"; \
+	UCX_NET_DEVICES=$$dev:1 UCX_TLS=rc_verbs,ud_verbs,self,tcp $(MAKE) --no-print-directory info demo test

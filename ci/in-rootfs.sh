@@ -63,4 +63,5 @@ chroot "$rootfs" /usr/bin/env -i \
 	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" \
 	CI="${CI:-}" UCXGO_ROOTFS="$suite" \
 	${GOEXPERIMENT:+GOEXPERIMENT=$GOEXPERIMENT} ${TESTFLAGS:+TESTFLAGS="$TESTFLAGS"} \
+	${UCX_TLS:+UCX_TLS=$UCX_TLS} ${UCX_NET_DEVICES:+UCX_NET_DEVICES=$UCX_NET_DEVICES} \
 	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"
