@@ -55,7 +55,7 @@ func main() {
 	flag.DurationVar(&c.revokeTimeout, "revoke-timeout", 5*time.Second, "how long to wait for importers to acknowledge a revoke")
 	flag.StringVar(&c.addrFile, "addr-file", "", "write the listening address to this file once listening")
 	flag.BoolVar(&c.json, "json", false, "print the summary as JSON")
-	flag.StringVar(&c.fault, "fault", "", "fault injection for tests: send the first importer an envelope with bad magic, version, hmac, or truncated")
+	flag.StringVar(&c.fault, "fault", "", "fault injection for tests: send the first importer an envelope with bad magic, version, hmac, truncated, or an invalid descriptor")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [flags]\n\nExports host memory to importers (the DPU side).\n\n", os.Args[0])
 		flag.PrintDefaults()
@@ -259,7 +259,15 @@ func run(ctx context.Context, c config) error {
 				ep.Close(context.Background(), ucp.CloseForce)
 				continue
 			}
-			if n == 1 && c.fault != "" {
+			if n == 1 && c.fault == "descriptor" {
+				// An authentic envelope around a descriptor that is not one.
+				bogus := append([]byte{43}, make([]byte, 60)...)
+				env, err = envelope.Seal(&envelope.Envelope{Address: mem.Address(), Length: uint64(size),
+					Mode: envelope.ModeExport, Issued: time.Now(), Expires: time.Now().Add(c.lease), Key: bogus}, c.secret)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "exporter:", err)
+				}
+			} else if n == 1 && c.fault != "" {
 				env = injectFault(env, c.fault)
 			}
 			mu.Lock()

@@ -128,12 +128,18 @@ func TestBadEnvelopeRefusedAndNextImporterServed(t *testing.T) {
 		"version":   "unsupported version",
 		"hmac":      "authentication failed",
 		"truncated": "truncated",
+		// Authentic, but the descriptor inside fails ParseDescriptor.
+		"descriptor": "parse exported descriptor",
 	} {
 		t.Run(fault, func(t *testing.T) {
 			s := newSetup(t)
 			exp := s.exporter(t, "-size", "4", "-serve", "1", "-fault", fault)
 			bad := s.importer(t)
-			assert.Equal(t, 3, bad.wait(t, 30*time.Second), "exit code of the refused importer")
+			wantCode := 3
+			if fault == "descriptor" {
+				wantCode = 1
+			}
+			assert.Equal(t, wantCode, bad.wait(t, 30*time.Second), "exit code of the refused importer")
 			assert.Contains(t, bad.out.String(), want)
 			good := s.importer(t)
 			require.Equal(t, 0, good.wait(t, 60*time.Second), "second importer: %s", good.out.String())

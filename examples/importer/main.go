@@ -269,6 +269,9 @@ func run(c config) (*summary, int, error) {
 		return nil, exitFail, errors.New("rkey mode requested, but the exporter sent an exported descriptor")
 	case c.mode == "auto":
 		sum.Why = "auto: the exporter offered " + env.Mode.String()
+		if env.Mode == envelope.ModeRkey {
+			sum.Why += ", so it has no memory domain that can export"
+		}
 	default:
 		sum.Why = c.mode + " requested"
 	}
