@@ -5,12 +5,12 @@ package faults
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,9 +41,39 @@ func TestMain(m *testing.M) {
 
 type proc struct {
 	cmd    *exec.Cmd
-	out    bytes.Buffer
+	out    syncBuffer
 	done   chan struct{}
 	status error
+}
+
+// syncBuffer is the output of a running program, safe to read meanwhile.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until the program has printed want.
+func (p *proc) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(p.out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not print %q:\n%s", p.cmd.Path, want, p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func start(t *testing.T, prefix []string, prog string, args ...string) *proc {
@@ -181,7 +211,8 @@ func TestImporterKilledMidTransfer(t *testing.T) {
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "256", "-serve", "1")
 	victim := s.importer(t, "-chunk", "65536")
-	time.Sleep(300 * time.Millisecond)
+	exp.waitFor(t, "importer 1 connected")
+	time.Sleep(200 * time.Millisecond)
 	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
 	good := s.importer(t)
@@ -196,7 +227,8 @@ func TestExporterKilledMidTransfer(t *testing.T) {
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "256")
 	imp := s.importer(t, "-chunk", "65536")
-	time.Sleep(300 * time.Millisecond)
+	exp.waitFor(t, "importer 1 connected")
+	time.Sleep(200 * time.Millisecond)
 	require.NoError(t, exp.cmd.Process.Signal(syscall.SIGKILL))
 	code := imp.wait(t, 60*time.Second)
 	assert.NotEqual(t, 0, code, "importer output: %s", imp.out.String())
@@ -208,6 +240,7 @@ func TestRevokeOnShutdown(t *testing.T) {
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "4")
 	imp := s.importer(t, "-latency-ops", "100000000")
+	exp.waitFor(t, "importer 1 connected")
 	time.Sleep(500 * time.Millisecond)
 	require.NoError(t, exp.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 5, imp.wait(t, 60*time.Second), "importer exit code after a revoke")
@@ -254,5 +287,3 @@ func TestTwoHostsInNetworkNamespaces(t *testing.T) {
 	require.Equal(t, 0, exp.wait(t, 30*time.Second))
 	assert.Contains(t, exp.out.String(), "connected from 10.77.0.2")
 }
-
-var _ = context.Background
