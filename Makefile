@@ -14,7 +14,7 @@ HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
 UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
 export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
 
-.PHONY: test info demo test-native info-native demo-native check-guards test-softroce
+.PHONY: test info demo bench test-native info-native demo-native bench-native check-guards test-softroce
 
 test:
 	@ci/run.sh test-native
@@ -24,6 +24,11 @@ info:
 
 demo:
 	@ci/run.sh demo-native
+
+# Go versus the C twin, alternately (bench/README.md). BENCH_SHORT=1: a
+# quick run that only proves the benchmarks build and run (CI).
+bench:
+	@ci/run.sh bench-native
 
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
@@ -38,6 +43,9 @@ info-native:
 
 demo-native:
 	ci/demo.sh
+
+bench-native:
+	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200) bench/run.sh
 
 # The build-time and run-time version guards, against real other releases.
 check-guards:

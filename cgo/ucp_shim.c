@@ -573,6 +573,11 @@ ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
     if (status != UCS_OK) {
         return status;
     }
+    if ((exported == NULL) && !allocate) {
+        *addr_out = address; /* registered: the caller's own range */
+        *len_out  = length;
+        return UCS_OK;
+    }
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
     status = ucp_mem_query(*memh_p, &attr);
     if (status != UCS_OK) {

@@ -1,7 +1,6 @@
 package ucp
 
 import (
-	"fmt"
 	"runtime"
 	"unsafe"
 
@@ -24,6 +23,8 @@ const (
 func (k MemKind) String() string {
 	return [...]string{"allocated", "registered", "imported"}[k]
 }
+
+var mapOps = [...]string{"ucp: map allocated memory", "ucp: map registered memory", "ucp: map imported memory"}
 
 // MemSource says what MemMap maps: Allocate, Register, RegisterPointer or Import.
 type MemSource struct {
@@ -90,7 +91,7 @@ type Mem struct {
 
 // MemMap maps memory for RMA: allocated, registered or imported.
 func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
-	op := fmt.Sprintf("ucp: map %s memory", src.kind)
+	op := mapOps[src.kind]
 	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
 	for _, opt := range opts {
 		opt(&o)
@@ -193,13 +194,17 @@ func (m *Mem) Export() ([]byte, error) {
 	}
 	b, st := m.ctx.c.ExportMemh(m.h)
 	if ucs.Status(st) == ucs.ErrUnsupported {
-		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
+		return nil, errExportUnsupported
 	}
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
+
+// errExportUnsupported is shared: the unsupported answer is the common one
+// on machines without export-capable hardware, and errors are immutable.
+var errExportUnsupported = ucs.Errorf("ucp: export memory handle", ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
 
 // PackRkey packs the mapping's remote key (ucp_rkey_pack) for a peer's
 // Endpoint.UnpackRkey.

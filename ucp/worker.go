@@ -39,9 +39,12 @@ func WithThreadMode(m ThreadMode) WorkerOption {
 // pollTick bounds one sleep on the event fd.
 const pollTick = 50 * time.Millisecond
 
-// spinRounds is how many progress calls a wait makes before it arms the
-// event fd and sleeps: short operations finish without a system call.
-const spinRounds = 64
+// A wait progresses at least spinRounds times and for spinTime before it
+// arms the event fd and sleeps.
+const (
+	spinRounds = 64
+	spinTime   = 50 * time.Microsecond
+)
 
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
@@ -278,14 +281,20 @@ func (w *Worker) Run(ctx context.Context) error {
 // waitFor progresses, and if nothing happened and ready (when set) is not
 // true, arms the event fd and sleeps until it fires or ctx is done.
 func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
-	rounds := spinRounds
-	if w.idle.Load() { // the last sleep saw no event: do not spin again
-		rounds = 1
-	}
-	for range rounds {
+	// Spin first: a short operation finishes without a system call, and the
+	// netpoller's wake-up costs tens of microseconds. After a sleep that saw
+	// no event the worker is idle: one round, no spin.
+	if w.idle.Load() {
 		if w.progress() > 0 || (ready != nil && ready()) {
 			w.idle.Store(false)
 			return nil
+		}
+	} else {
+		start := time.Now()
+		for i := 0; i < spinRounds || time.Since(start) < spinTime; i++ {
+			if w.progress() > 0 || (ready != nil && ready()) {
+				return nil
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {

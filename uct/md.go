@@ -3,6 +3,7 @@ package uct
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -90,7 +91,7 @@ func (c Component) OpenMD(mdName string, opts ...MDOption) (*MD, error) {
 		md.Close()
 		return nil, ucs.StatusError(ucs.Status(st), "%s: query attributes", op)
 	}
-	m := &MD{name: mdName, component: c, md: md, attr: newAttr(attr)}
+	m := &MD{name: mdName, component: c, md: md, attr: newAttr(attr), op: newOpNames(mdName)}
 	m.res = handle.New(nil, md.Close)
 	handle.Track(m, m.res)
 	return m, nil
@@ -103,6 +104,23 @@ type MD struct {
 	component Component
 	md        cgo.MD
 	attr      Attr
+	op        opNames
+}
+
+// opNames are the operation names errors carry, made once per MD so that
+// the success path formats nothing.
+type opNames struct{ register, alloc, attach, packRkey, export, unpack string }
+
+func newOpNames(md string) opNames {
+	q := fmt.Sprintf("%q", md)
+	return opNames{
+		register: "uct: register memory on md " + q,
+		alloc:    "uct: allocate memory on md " + q,
+		attach:   "uct: attach exported mkey on md " + q,
+		packRkey: "uct: pack rkey on md " + q,
+		export:   "uct: export mkey on md " + q,
+		unpack:   "uct: unpack rkey on md " + q,
+	}
 }
 
 // Name is the MD's resource name ("posix", "mlx5_0", ...).
@@ -125,7 +143,7 @@ func (m *MD) Close() error {
 // CanExport returns nil if the MD can export memory keys, else an error
 // wrapping ucs.ErrUnsupported that says why.
 func (m *MD) CanExport() error {
-	return m.exportCapable(fmt.Sprintf("uct: export mkey on md %q", m.name))
+	return m.exportCapable(m.op.export)
 }
 
 func (m *MD) exportCapable(op string) error {
@@ -141,7 +159,7 @@ func (m *MD) exportCapable(op string) error {
 // enter starts an operation on the MD, or returns the closed error for op.
 func (m *MD) enter(op string) error {
 	if !m.res.Enter() {
-		return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: fmt.Sprintf("md %q is closed", m.name)}
+		return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: "md " + strconv.Quote(m.name) + " is closed"}
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package uct
 
 import (
-	"fmt"
 	"runtime"
 	"unsafe"
 
@@ -47,7 +46,7 @@ type Mem struct {
 // b must not be empty.
 func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 	if len(b) == 0 {
-		return nil, ucs.Errorf(fmt.Sprintf("uct: register memory on md %q", m.name), ucs.ErrInvalidParam, "empty buffer")
+		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "empty buffer")
 	}
 	pinner := new(runtime.Pinner)
 	pinner.Pin(unsafe.SliceData(b))
@@ -62,13 +61,13 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 // Go runtime (C or mmap'ed memory). The caller keeps it valid until Close.
 func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
 	if p == nil || n == 0 {
-		return nil, ucs.Errorf(fmt.Sprintf("uct: register memory on md %q", m.name), ucs.ErrInvalidParam, "nil pointer or zero length")
+		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "nil pointer or zero length")
 	}
 	return m.register(p, n, flags, nil)
 }
 
 func (m *MD) register(p unsafe.Pointer, n uintptr, flags MemFlags, unpin func()) (*Mem, error) {
-	op := fmt.Sprintf("uct: register %d bytes on md %q", n, m.name)
+	op := m.op.register
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}
@@ -77,7 +76,7 @@ func (m *MD) register(p unsafe.Pointer, n uintptr, flags MemFlags, unpin func())
 		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
 	}
 	if m.attr.MaxReg != 0 && uint64(n) > m.attr.MaxReg {
-		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "md registers at most %d bytes", m.attr.MaxReg)
+		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md registers at most %d", n, m.attr.MaxReg)
 	}
 	memh, st := m.md.Register(p, n, uint64(flags))
 	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
@@ -98,9 +97,9 @@ func (m *MD) register(p unsafe.Pointer, n uintptr, flags MemFlags, unpin func())
 // Alloc allocates at least n bytes of host memory with the MD (posix and
 // sysv allocate shared memory; they cannot register). Mem.Bytes exposes it.
 func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
-	op := fmt.Sprintf("uct: allocate %d bytes on md %q", n, m.name)
+	op := m.op.alloc
 	if n <= 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "length must be positive")
+		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "length %d must be positive", n)
 	}
 	if err := m.enter(op); err != nil {
 		return nil, err
@@ -110,7 +109,7 @@ func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_ALLOC (flags %s)", m.attr.Flags)
 	}
 	if m.attr.MaxAlloc != 0 && uint64(n) > m.attr.MaxAlloc {
-		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "md allocates at most %d bytes", m.attr.MaxAlloc)
+		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md allocates at most %d", n, m.attr.MaxAlloc)
 	}
 	a, st := m.md.Alloc(uintptr(n), uint64(flags))
 	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
@@ -134,7 +133,7 @@ type AttachOptions struct {
 // a length, and on MDs that cannot export its attach entry may be a NULL
 // pointer, so both are checked here before any byte reaches UCX.
 func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
-	op := fmt.Sprintf("uct: attach exported mkey on md %q", m.name)
+	op := m.op.attach
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}
@@ -191,7 +190,7 @@ func (mem *Mem) closedErr(op string) error {
 // flags) into a new slice of the MD's rkey packed size, which is 0 for MDs
 // that need no key (self, tcp, cma).
 func (mem *Mem) PackRkey() ([]byte, error) {
-	op := fmt.Sprintf("uct: pack rkey on md %q", mem.md.name)
+	op := mem.md.op.packRkey
 	return mem.pack(op, false, mem.md.attr.RkeyPackedSize, nil)
 }
 
@@ -201,16 +200,18 @@ func (mem *Mem) PackRkey() ([]byte, error) {
 // UCT_MD_FLAG_EXPORTED_MKEY it returns ucs.ErrUnsupported and UCX is not
 // called (UCX would "succeed" with meaningless bytes).
 func (mem *Mem) Export() ([]byte, error) {
-	op := fmt.Sprintf("uct: export mkey on md %q", mem.md.name)
-	return mem.pack(op, true, mem.md.attr.ExportedMkeyPackedSize, func() error {
-		if err := mem.md.exportCapable(op); err != nil {
-			return err
-		}
-		if mem.kind == Attached {
-			return ucs.Errorf(op, ucs.ErrInvalidParam, "attached memory cannot be exported again")
-		}
-		return nil
-	})
+	op := mem.md.op.export
+	return mem.pack(op, true, mem.md.attr.ExportedMkeyPackedSize, mem.exportCheck)
+}
+
+func (mem *Mem) exportCheck() error {
+	if err := mem.md.exportCapable(mem.md.op.export); err != nil {
+		return err
+	}
+	if mem.kind == Attached {
+		return ucs.Errorf(mem.md.op.export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
+	}
+	return nil
 }
 
 // pack runs one mkey pack; check, when set, vets the call once the handle
@@ -253,7 +254,7 @@ type RemoteKey struct {
 // component. Its length must be the MD's rkey packed size; it is checked
 // before UCX sees the bytes.
 func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
-	op := fmt.Sprintf("uct: unpack rkey on md %q", m.name)
+	op := m.op.unpack
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}

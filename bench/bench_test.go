@@ -1,0 +1,237 @@
+// Package bench measures ucx-go against a C program making the same UCX
+// calls with the same parameters (ctwin/twin.c); run.sh runs both
+// alternately and prints the table. See README.md.
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/uct"
+)
+
+// The configuration both sides use: one context, shared memory transports.
+func newContext(b *testing.B) *ucp.Context {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+func benchRegister(b *testing.B, n int) {
+	ctx := newContext(b)
+	buf := make([]byte, n)
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := ctx.MemMap(ucp.Register(buf))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Close()
+	}
+}
+
+func BenchmarkRegister64K(b *testing.B) { benchRegister(b, 64<<10) }
+func BenchmarkRegister4M(b *testing.B)  { benchRegister(b, 4<<20) }
+
+func BenchmarkAlloc64K(b *testing.B) {
+	ctx := newContext(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := ctx.MemMap(ucp.Allocate(64 << 10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Close()
+	}
+}
+
+func mapped(b *testing.B, ctx *ucp.Context, n int) *ucp.Mem {
+	m, err := ctx.MemMap(ucp.Allocate(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return m
+}
+
+func BenchmarkRkeyPack(b *testing.B) {
+	m := mapped(b, newContext(b), 1<<20)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := m.PackRkey(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkExportAttempt(b *testing.B) {
+	m := mapped(b, newContext(b), 1<<20)
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Export() // unsupported where no MD can export: the error path
+	}
+}
+
+func BenchmarkZeroExportImport(b *testing.B) {
+	ctx := newContext(b)
+	m := mapped(b, ctx, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		desc, err := m.Export()
+		if err != nil {
+			b.Fatal(err)
+		}
+		imp, err := ctx.MemMap(ucp.Import(desc))
+		if err != nil {
+			b.Fatal(err)
+		}
+		imp.Close()
+	}
+}
+
+func BenchmarkUCTRegisterPack(b *testing.B) {
+	md, err := uct.OpenMD("self")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer md.Close()
+	buf := make([]byte, 64<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		mem, err := md.Register(buf, uct.MemAccessAll)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := mem.PackRkey(); err != nil {
+			b.Fatal(err)
+		}
+		mem.Close()
+	}
+}
+
+// pair is a client worker with an endpoint to a server worker of the same
+// context; the server is progressed by a goroutine.
+type pair struct {
+	ctx    *ucp.Context
+	client *ucp.Worker
+	ep     *ucp.Endpoint
+	target *ucp.Mem
+	rkey   *ucp.RemoteKey
+	local  *ucp.Mem
+}
+
+func newPair(b *testing.B, size int) *pair {
+	ctx := newContext(b)
+	client, err := ctx.NewWorker()
+	if err != nil {
+		b.Fatal(err)
+	}
+	server, err := ctx.NewWorker()
+	if err != nil {
+		b.Fatal(err)
+	}
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); server.Run(run) }()
+	addr, _ := server.Address()
+	ep, err := client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &pair{ctx: ctx, client: client, ep: ep, target: mapped(b, ctx, size), local: mapped(b, ctx, size)}
+	packed, _ := p.target.PackRkey()
+	if p.rkey, err = ep.UnpackRkey(packed); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		p.rkey.Close()
+		ep.Close(context.Background(), ucp.CloseForce)
+		stop()
+		<-done
+		server.Close()
+		client.Close()
+	})
+	return p
+}
+
+func BenchmarkPut8Flush(b *testing.B) {
+	p := newPair(b, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		req, err := p.ep.PutMem(p.local, 0, 8, p.target.Address(), p.rkey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := req.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.ep.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGet8(b *testing.B) {
+	p := newPair(b, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		req, err := p.ep.GetMem(p.local, 0, 8, p.target.Address(), p.rkey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := req.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchBW(b *testing.B, n int, put bool) {
+	p := newPair(b, n)
+	ctx := context.Background()
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	for b.Loop() {
+		var req ucp.Request
+		var err error
+		if put {
+			req, err = p.ep.PutMem(p.local, 0, n, p.target.Address(), p.rkey)
+		} else {
+			req, err = p.ep.GetMem(p.local, 0, n, p.target.Address(), p.rkey)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := req.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if put {
+		p.ep.Flush(ctx)
+	}
+}
+
+func BenchmarkPut64K(b *testing.B) { benchBW(b, 64<<10, true) }
+func BenchmarkPut1M(b *testing.B)  { benchBW(b, 1<<20, true) }
+func BenchmarkPut4M(b *testing.B)  { benchBW(b, 4<<20, true) }
+func BenchmarkGet64K(b *testing.B) { benchBW(b, 64<<10, false) }
+func BenchmarkGet1M(b *testing.B)  { benchBW(b, 1<<20, false) }
+func BenchmarkGet4M(b *testing.B)  { benchBW(b, 4<<20, false) }
+
+func BenchmarkProgressIdle(b *testing.B) {
+	ctx := newContext(b)
+	w, err := ctx.NewWorker()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Progress()
+	}
+}
