@@ -45,7 +45,7 @@ demo-native:
 	ci/demo.sh
 
 bench-native:
-	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200) bench/run.sh
+	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200 BENCH_IDLE=1s) bench/run.sh
 
 # The build-time and run-time version guards, against real other releases.
 check-guards:

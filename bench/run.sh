@@ -11,6 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p bin
 go test -c -o bin/bench.test ./bench
+go build -o bin/idle ./bench/idle
 gcc -O2 -Wall -o bin/twin bench/ctwin/twin.c $(pkg-config --cflags --libs ucx ucx-uct) -lpthread
 
 # Short operations run ITERS times; transfers and gets (which wait for the
@@ -54,6 +55,8 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 		fi
 	done
 	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets), medians; UCX $(pkg-config --modversion ucx); ratios: Go/C for ns, Go/C for GB/s)"
-	[ -n "${BENCH_JSON:-}" ] && echo "${json%,}]" >"$BENCH_JSON"
-} 
-true
+	idle=$(bin/idle -for "${BENCH_IDLE:-5s}" 2>/dev/null)
+	echo "$idle"
+	[ -n "${BENCH_JSON:-}" ] && echo "{\"ucx\":\"$(pkg-config --modversion ucx)\",\"ops\":${json%,}],\"idle\":\"$idle\"}" >"$BENCH_JSON"
+	true
+}

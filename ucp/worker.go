@@ -337,22 +337,20 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	}
 
 	// Sleep in Go's netpoller on the event fd. The sleep is bounded: a guard
-	// against a lost wake-up costs one progress call per pollTick. A
-	// cancelled ctx signals the worker, which wakes the poller.
-	deadline := time.Now().Add(pollTick)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	// timer signals the worker after pollTick (a lost wake-up then costs one
+	// progress call), and a done ctx signals it at once.
+	var fired atomic.Bool
+	signal := func() {
+		if w.res.Enter() {
+			w.c.Signal()
+			w.res.Exit()
+		}
 	}
+	guard := time.AfterFunc(pollTick, func() { fired.Store(true); signal() })
+	defer guard.Stop()
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() {
-			if w.res.Enter() {
-				w.c.Signal()
-				w.res.Exit()
-			}
-		})
-		defer stop()
+		defer context.AfterFunc(ctx, signal)()
 	}
-	w.efd.SetReadDeadline(deadline)
 	first := true
 	err := w.rc.Read(func(uintptr) bool {
 		if first {
@@ -361,13 +359,13 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 		}
 		return true
 	})
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	if err != nil {
+		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
+	}
+	if fired.Load() {
 		w.tickWakeups.Add(1)
 		w.idle.Store(true)
-	case err != nil:
-		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
-	default:
+	} else {
 		w.idle.Store(false)
 	}
 	if err := ctx.Err(); err != nil {
