@@ -14,7 +14,7 @@ HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
 UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
 export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
 
-.PHONY: test info demo bench test-native info-native demo-native bench-native check-guards test-softroce
+.PHONY: fuzz fuzz-native test info demo bench test-native info-native demo-native bench-native check-guards test-softroce
 
 test:
 	@ci/run.sh test-native
@@ -30,6 +30,12 @@ demo:
 bench:
 	@ci/run.sh bench-native
 
+# Every fuzz target for FUZZTIME each (go test -fuzz).
+FUZZTIME ?= 1m
+export FUZZTIME
+fuzz:
+	@ci/run.sh fuzz-native
+
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
 	$(GO) vet ./...
@@ -43,6 +49,10 @@ info-native:
 
 demo-native:
 	ci/demo.sh
+
+fuzz-native:
+	$(GO) test -run '^$$' -fuzz '^FuzzImportDescriptor$$' -fuzztime $(FUZZTIME) ./ucp/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./examples/envelope/
 
 bench-native:
 	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200 BENCH_IDLE=1s) bench/run.sh
