@@ -71,14 +71,14 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	if rkey == nil {
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "nil remote key")
 	}
-	if err := ep.enter(op); err != nil {
-		return Request{}, err
-	}
-	defer ep.res.Exit()
 	if !rkey.res.Enter() {
 		return Request{}, closedError(op)
 	}
 	defer rkey.res.Exit()
+	if err := ep.enter(op); err != nil {
+		return Request{}, err
+	}
+	defer ep.res.Exit()
 	ep.w.mu.Lock()
 	var r cgo.Request
 	if put {
