@@ -207,12 +207,17 @@ func mustRead(t *testing.T, path string) string {
 }
 
 // An importer killed mid-transfer is dropped; the next one is served.
+// It is killed while it writes: killed while the exporter serves its gets,
+// UCX itself can abort the exporter (measured on 1.23.0~rc1: ucs_fatal
+// "unexpected error: Endpoint timeout" in ucp_request.inl, an internal
+// send of the AM-emulated get failing; see README, known UCX issues).
 func TestImporterKilledMidTransfer(t *testing.T) {
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "256", "-serve", "1")
 	victim := s.importer(t, "-chunk", "65536")
 	exp.waitFor(t, "importer 1 connected")
-	time.Sleep(200 * time.Millisecond)
+	victim.waitFor(t, "writing")
+	time.Sleep(2 * time.Millisecond)
 	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
 	good := s.importer(t)

@@ -318,6 +318,9 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 	sum.ReadOK = true
 
 	// Write a new pattern and have the exporter verify it.
+	if !c.json {
+		fmt.Printf("importer: read verified; writing %d bytes\n", n)
+	}
 	demo.Fill(lb[:n], 2)
 	start = time.Now()
 	if err := l.transfer(c, n, false, !c.json); err != nil {
