@@ -159,10 +159,15 @@ type AMMessage struct {
 	ReplyEP  unsafe.Pointer // C ucp_ep_h, or nil
 }
 
-// TakeAM drains the worker's message queue.
+// TakeAM drains the worker's message queue: the messages are copied out
+// and the whole list is freed in one call.
 func (w Worker) TakeAM(out []AMMessage) []AMMessage {
-	m := C.ucxgo_worker_take_am(w.p)
-	for m != nil {
+	head := C.ucxgo_worker_take_am(w.p)
+	if head == nil {
+		return out
+	}
+	defer C.ucxgo_am_msgs_free(head)
+	for m := head; m != nil; {
 		next := m.next
 		msg := AMMessage{
 			ID: uint(m.id), Length: int(m.length), Rndv: m.rndv != 0,
@@ -175,7 +180,6 @@ func (w Worker) TakeAM(out []AMMessage) []AMMessage {
 			msg.Data = C.GoBytes(unsafe.Pointer(m.data), C.int(m.length))
 		}
 		out = append(out, msg)
-		C.ucxgo_am_msg_free(w.p, m)
 		m = next
 	}
 	return out

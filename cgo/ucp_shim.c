@@ -36,6 +36,20 @@ static void ucxgo_recv_am_cb(void *request, ucs_status_t status, size_t length,
                        __ATOMIC_RELEASE);
 }
 
+/* The parameters of every non-blocking call: the send callback (recorded
+ * completion), the worker as user data, and the mapping's memh if any. */
+static void ucxgo_request_param(ucp_request_param_t *param, ucxgo_worker_t *w,
+                                ucp_mem_h memh)
+{
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param->cb.send      = ucxgo_send_cb;
+    param->user_data    = w;
+    if (memh != NULL) {
+        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param->memh          = memh;
+    }
+}
+
 void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
 {
     ucxgo_req_t *req = request;
@@ -145,15 +159,7 @@ ucs_status_t ucxgo_worker_create(ucp_context_h ctx, int thread_mode,
 
 void ucxgo_worker_destroy(ucxgo_worker_t *w)
 {
-    ucxgo_am_msg_t *m;
-
-    while ((m = ucxgo_worker_take_am(w)) != NULL) {
-        while (m != NULL) {
-            ucxgo_am_msg_t *next = m->next;
-            ucxgo_am_msg_free(w, m);
-            m = next;
-        }
-    }
+    ucxgo_am_msgs_free(ucxgo_worker_take_am(w));
     ucp_worker_destroy(w->worker);
     free(w);
 }
@@ -203,9 +209,7 @@ ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send      = ucxgo_send_cb;
-    param.user_data    = w;
+    ucxgo_request_param(&param, w, NULL);
     return ucp_worker_flush_nbx(w->worker, &param);
 }
 
@@ -260,9 +264,13 @@ ucxgo_am_msg_t *ucxgo_worker_take_am(ucxgo_worker_t *w)
     return m;
 }
 
-void ucxgo_am_msg_free(ucxgo_worker_t *w, ucxgo_am_msg_t *m)
+void ucxgo_am_msgs_free(ucxgo_am_msg_t *m)
 {
-    free(m);
+    while (m != NULL) {
+        ucxgo_am_msg_t *next = m->next;
+        free(m);
+        m = next;
+    }
 }
 
 ucs_status_t ucxgo_worker_set_am_handler(ucxgo_worker_t *w, unsigned id,
@@ -314,16 +322,10 @@ ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
-                         UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send      = ucxgo_send_cb;
-    param.user_data    = ep->worker;
+    ucxgo_request_param(&param, ep->worker, memh);
     /* The header is copied, so Go need not keep it alive. */
-    param.flags        = flags | UCP_AM_SEND_FLAG_COPY_HEADER;
-    if (memh != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh          = memh;
-    }
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags         = flags | UCP_AM_SEND_FLAG_COPY_HEADER;
     return ucp_am_send_nbx(ep->ep, id, header, header_len, data, len, &param);
 }
 
@@ -332,13 +334,8 @@ ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.recv_am   = ucxgo_recv_am_cb;
-    param.user_data    = w;
-    if (memh != NULL) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh          = memh;
-    }
+    ucxgo_request_param(&param, w, memh);
+    param.cb.recv_am = ucxgo_recv_am_cb;
     return ucp_am_recv_data_nbx(w->worker, desc, buf, len, &param);
 }
 
@@ -519,11 +516,9 @@ ucs_status_ptr_t ucxgo_ep_close(ucxgo_ep_t *e, int force)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
-                         UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send      = ucxgo_send_cb;
-    param.user_data    = e->worker;
-    param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucxgo_request_param(&param, e->worker, NULL);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags         = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     return ucp_ep_close_nbx(e->ep, &param);
 }
 
@@ -536,9 +531,7 @@ ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *e)
 {
     ucp_request_param_t param;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send      = ucxgo_send_cb;
-    param.user_data    = e->worker;
+    ucxgo_request_param(&param, e->worker, NULL);
     return ucp_ep_flush_nbx(e->ep, &param);
 }
 
@@ -654,23 +647,11 @@ void ucxgo_rkey_destroy(ucp_rkey_h rkey)
 
 /* ---- RMA ---------------------------------------------------------------- */
 
-static void ucxgo_rma_param(ucp_request_param_t *param, ucxgo_ep_t *e,
-                            ucp_mem_h memh)
-{
-    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param->cb.send      = ucxgo_send_cb;
-    param->user_data    = e->worker;
-    if (memh != NULL) {
-        param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param->memh          = memh;
-    }
-}
-
 ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *e, const void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
 {
     ucp_request_param_t param;
-    ucxgo_rma_param(&param, e, memh);
+    ucxgo_request_param(&param, e->worker, memh);
     return ucp_put_nbx(e->ep, buf, len, raddr, rkey, &param);
 }
 
@@ -678,6 +659,6 @@ ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *e, void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
 {
     ucp_request_param_t param;
-    ucxgo_rma_param(&param, e, memh);
+    ucxgo_request_param(&param, e->worker, memh);
     return ucp_get_nbx(e->ep, buf, len, raddr, rkey, &param);
 }

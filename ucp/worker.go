@@ -138,10 +138,21 @@ type Stats struct {
 	// TickWakeups counts sleeps on the event fd that ended by the 50 ms
 	// guard tick rather than an event: each is a wake-up UCX did not signal.
 	TickWakeups uint64
+	// AMDropped counts active messages the shim could not queue (out of memory).
+	AMDropped uint64
 }
 
 // Stats returns the worker's counters.
-func (w *Worker) Stats() Stats { return Stats{TickWakeups: w.tickWakeups.Load()} }
+func (w *Worker) Stats() Stats {
+	st := Stats{TickWakeups: w.tickWakeups.Load()}
+	if w.res.Enter() { // the shim's counter lives with the UCX worker
+		w.mu.Lock()
+		st.AMDropped = w.c.AMDropped()
+		w.mu.Unlock()
+		w.res.Exit()
+	}
+	return st
+}
 
 // Context is the worker's context.
 func (w *Worker) Context() *Context { return w.ctx }

@@ -87,7 +87,7 @@ ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd);
 ucs_status_t ucxgo_worker_arm(ucxgo_worker_t *w);
 ucs_status_t ucxgo_worker_signal(ucxgo_worker_t *w);
 ucxgo_am_msg_t *ucxgo_worker_take_am(ucxgo_worker_t *w);
-void ucxgo_am_msg_free(ucxgo_worker_t *w, ucxgo_am_msg_t *msg);
+void ucxgo_am_msgs_free(ucxgo_am_msg_t *list);
 ucs_status_t ucxgo_worker_set_am_handler(ucxgo_worker_t *w, unsigned id,
                                          ucxgo_am_handler_t **h_p);
 void ucxgo_worker_clear_am_handler(ucxgo_worker_t *w, unsigned id,

@@ -71,13 +71,6 @@ func (r *Resource) Enter() bool {
 // Exit ends an operation started by Enter.
 func (r *Resource) Exit() { r.mu.RUnlock() }
 
-// Closed reports whether Close was called.
-func (r *Resource) Closed() bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.closed
-}
-
 func (r *Resource) markClosed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -98,17 +91,6 @@ func (r *Resource) Close() bool {
 	return true
 }
 
-// Acquire takes an extra reference, keeping the C object alive past Close
-// (for work in flight, such as a pending request); false if r is closed.
-func (r *Resource) Acquire() bool {
-	if !r.Enter() {
-		return false
-	}
-	r.refs.Add(1)
-	r.Exit()
-	return true
-}
-
 // SetRelease replaces the release function (nil: nothing to free), for a
 // C object that UCX took over. Call it before Close.
 func (r *Resource) SetRelease(release func()) {
@@ -117,11 +99,11 @@ func (r *Resource) SetRelease(release func()) {
 	r.mu.Unlock()
 }
 
-// Ref takes an extra reference like Acquire, for a caller between Enter
-// and Exit (so r cannot be closed under it).
+// Ref takes an extra reference (for work in flight, such as a pending
+// request), for a caller between Enter and Exit or holding a reference.
 func (r *Resource) Ref() { r.refs.Add(1) }
 
-// Release drops a reference taken by Acquire or Ref.
+// Release drops a reference taken by Ref.
 func (r *Resource) Release() { r.unref() }
 
 func (r *Resource) unref() {
