@@ -6,19 +6,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 target=${1:?usage: ci/hw-dpu.sh HOST:PORT}
 key=${HW_KEY_FILE:-$root/hw-secret}
-fail() { echo "FAIL $1: $2"; exit 1; }
-pass() { echo "PASS $1: $2"; }
+. "$root/ci/lib.sh"
+fail() { hw_fail "$@"; }
+pass() { hw_pass "$@"; }
 
-mkdir -p bin
-for p in doctor importer; do go build -o "bin/$p" "./examples/$p" || fail build "go build ./examples/$p (needs a supported UCX installed: see README)"; done
-[ -s "$key" ] || fail key "no HMAC key in $key (the same file as on the host)"
-
-report=$(bin/doctor -json) || fail doctor "doctor failed: $report"
-if grep -q '"export_capable": 0' <<<"$report"; then
-	bin/doctor >&2
-	fail doctor "no memory domain here has UCT_MD_FLAG_EXPORTED_MKEY: importing would be refused (UCX aborts on a matching MD that cannot export)"
-fi
-pass doctor "an export-capable memory domain is present"
+hw_prepare importer "no memory domain here has UCT_MD_FLAG_EXPORTED_MKEY: importing would be refused (UCX aborts on a matching MD that cannot export)"
 
 out=$(bin/importer -connect "$target" -mode export -key-file "$key" -json 2>&1)
 code=$?

@@ -6,19 +6,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 listen=${1:-0.0.0.0:13337}
 key=${HW_KEY_FILE:-$root/hw-secret}
-fail() { echo "FAIL $1: $2"; exit 1; }
-pass() { echo "PASS $1: $2"; }
+. "$root/ci/lib.sh"
+fail() { hw_fail "$@"; }
+pass() { hw_pass "$@"; }
 
-mkdir -p bin
-for p in doctor exporter; do go build -o "bin/$p" "./examples/$p" || fail build "go build ./examples/$p (needs a supported UCX installed: see README)"; done
-[ -s "$key" ] || fail key "no HMAC key in $key (copy the same file to the DPU; set HW_KEY_FILE to use another)"
-
-report=$(bin/doctor -json) || fail doctor "doctor failed: $report"
-if grep -q '"export_capable": 0' <<<"$report"; then
-	bin/doctor >&2
-	fail doctor "no memory domain can export memory keys on this host (see the table above)"
-fi
-pass doctor "$(grep -c '"can_export": true' <<<"$report") memory domain(s) can export"
+hw_prepare exporter "no memory domain can export memory keys on this host (see the table above)"
 
 bin/exporter -listen "$listen" -mode export -size "${HW_MIB:-256}" -key-file "$key" -serve 1 &
 pid=$!

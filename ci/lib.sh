@@ -31,3 +31,25 @@ host_mirror() {
 	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt (set UCX_MIRROR)"
 	echo "$uri"
 }
+
+# The hardware kit's shared steps (ci/hw-host.sh, ci/hw-dpu.sh).
+hw_fail() { echo "FAIL $1: $2"; exit 1; }
+hw_pass() { echo "PASS $1: $2"; }
+
+# hw_prepare PROGRAM WHY: build the doctor and PROGRAM, check the HMAC key
+# file ($key), and that the doctor finds an export-capable memory domain
+# (WHY is the failure message, which says what its absence means here).
+hw_prepare() {
+	local prog=$1 why=$2 p report
+	mkdir -p bin
+	for p in doctor "$prog"; do
+		go build -o "bin/$p" "./examples/$p" || hw_fail build "go build ./examples/$p (needs a supported UCX installed: see README)"
+	done
+	[ -s "$key" ] || hw_fail key "no HMAC key in $key (the same file on host and DPU; HW_KEY_FILE names another)"
+	report=$(bin/doctor -json) || hw_fail doctor "doctor failed: $report"
+	if grep -q '"export_capable": 0' <<<"$report"; then
+		bin/doctor >&2
+		hw_fail doctor "$why"
+	fi
+	hw_pass doctor "$(grep -c '"can_export": true' <<<"$report") memory domain(s) can export"
+}

@@ -165,10 +165,7 @@ func connectChild(t *testing.T, c *child) *client {
 			cl.echo <- buf
 		}()
 	}))
-	run, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(run) }()
-	t.Cleanup(func() { stop(); <-done })
+	runWorker(t, w)
 
 	cl.ep, err = w.Connect(fmt.Sprintf("127.0.0.1:%d", c.port))
 	require.NoError(t, err)

@@ -29,10 +29,7 @@ func TestListenerAcceptAndReject(t *testing.T) {
 	defer l.Close()
 	require.NotZero(t, l.Addr().Port())
 
-	run, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); client.Run(run) }()
-	defer func() { stop(); <-done }()
+	runWorker(t, client)
 
 	// First connection rejected, second accepted.
 	for i, accept := range []bool{false, true} {

@@ -33,10 +33,7 @@ func newPair(t *testing.T, tls string, peerErr bool) *pair {
 	require.NoError(t, err)
 	t.Cleanup(func() { p.server.Close() })
 
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); p.server.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runWorker(t, p.server)
 
 	saddr, err := p.server.Address()
 	require.NoError(t, err)
@@ -44,6 +41,14 @@ func newPair(t *testing.T, tls string, peerErr bool) *pair {
 	require.NoError(t, err)
 	t.Cleanup(func() { closeEP(t, p.ep) })
 	return p
+}
+
+// runWorker progresses w in a goroutine until the test ends.
+func runWorker(t *testing.T, w *ucp.Worker) {
+	run, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(run) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 func closeEP(t *testing.T, ep *ucp.Endpoint) {

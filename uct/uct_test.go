@@ -289,7 +289,10 @@ func TestExportAttachRoundTrip(t *testing.T) {
 	require.NoError(t, att.Close())
 }
 
-func TestDoubleClose(t *testing.T) {
+// posixChain opens a posix MD, an allocation on it and a remote key of it,
+// for the tests that close them; they must close all three.
+func posixChain(t *testing.T) (*uct.MD, *uct.Mem, []byte, *uct.RemoteKey) {
+	t.Helper()
 	md, err := uct.OpenMD("posix")
 	require.NoError(t, err)
 	mem, err := md.Alloc(4096, 0)
@@ -298,6 +301,11 @@ func TestDoubleClose(t *testing.T) {
 	require.NoError(t, err)
 	rk, err := md.UnpackRkey(packed)
 	require.NoError(t, err)
+	return md, mem, packed, rk
+}
+
+func TestDoubleClose(t *testing.T) {
+	md, mem, _, rk := posixChain(t)
 	for range 2 {
 		require.NoError(t, rk.Close())
 		require.NoError(t, mem.Close())
@@ -306,14 +314,8 @@ func TestDoubleClose(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	md, err := uct.OpenMD("posix")
-	require.NoError(t, err)
-	mem, err := md.Alloc(4096, 0)
-	require.NoError(t, err)
-	packed, err := mem.PackRkey()
-	require.NoError(t, err)
-	rk, err := md.UnpackRkey(packed)
-	require.NoError(t, err)
+	md, mem, packed, rk := posixChain(t)
+	var err error
 
 	require.NoError(t, rk.Close())
 	_, err = rk.Value()
