@@ -277,9 +277,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.res.Enter() {
 		return closedError("ucp: run worker")
 	}
-	defer w.res.Exit()
 	for {
-		if err := w.waitFor(ctx, nil); err != nil {
+		err := w.waitFor(ctx, nil)
+		w.res.Exit()
+		// Between rounds Close may take the worker: Run then ends.
+		if err == nil && !w.res.Enter() {
+			return nil
+		}
+		if err != nil {
 			var ue *ucs.Error
 			if errors.As(err, &ue) && ctx.Err() != nil {
 				return nil
@@ -350,17 +355,31 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	// Sleep in Go's netpoller on the event fd. The sleep is bounded: a guard
 	// timer signals the worker after pollTick (a lost wake-up then costs one
 	// progress call), and a done ctx signals it at once.
+	// The signals take no lock (a Close waiting for this sleep to end must
+	// not block them): every caller of waitFor holds a reference on the
+	// worker, and a signal that has started is waited for before returning.
 	var fired atomic.Bool
+	var signals sync.WaitGroup
 	signal := func() {
-		if w.res.Enter() {
-			w.c.Signal()
-			w.res.Exit()
-		}
+		defer signals.Done()
+		w.c.Signal()
 	}
+	signals.Add(1)
 	guard := time.AfterFunc(pollTick, func() { fired.Store(true); signal() })
-	defer guard.Stop()
+	defer func() {
+		if guard.Stop() {
+			signals.Done() // never ran
+		}
+		signals.Wait()
+	}()
 	if ctx.Done() != nil {
-		defer context.AfterFunc(ctx, signal)()
+		signals.Add(1)
+		stop := context.AfterFunc(ctx, signal)
+		defer func() {
+			if stop() {
+				signals.Done()
+			}
+		}()
 	}
 	first := true
 	err := w.rc.Read(func(uintptr) bool {
