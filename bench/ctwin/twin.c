@@ -2,13 +2,19 @@
  * The C twin of bench/bench_test.go: the same UCX calls with the same
  * parameters, timed the same way (a loop of N operations). Prints one line
  * per benchmark: "name ns/op". Usage: twin N [name...]
+ * The two-process benchmarks run this program again as their peer:
+ * twin --peer TLS (see twoproc_test.go for the protocol).
  */
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
 
@@ -33,13 +39,14 @@ static double now_ns(void)
 static void req_init(void *r) { memset(r, 0, sizeof(req_t)); }
 static void send_cb(void *r, ucs_status_t st, void *u) { ((req_t *)r)->status = st; ((req_t *)r)->done = 1; }
 
-static void init_context(void)
+static ucp_context_h new_context(const char *tls)
 {
     ucp_config_t *config;
     ucp_params_t params;
+    ucp_context_h c;
 
     CHECK(ucp_config_read(NULL, NULL, &config));
-    CHECK(ucp_config_modify(config, "TLS", "posix,sysv,self"));
+    CHECK(ucp_config_modify(config, "TLS", tls));
     memset(&params, 0, sizeof(params));
     params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                                UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -47,8 +54,9 @@ static void init_context(void)
     params.request_size      = sizeof(req_t);
     params.request_init      = req_init;
     params.mt_workers_shared = 1;
-    CHECK(ucp_init(&params, config, &ctx));
+    CHECK(ucp_init(&params, config, &c));
     ucp_config_release(config);
+    return c;
 }
 
 static ucp_mem_h map(void *addr, size_t len, int allocate)
@@ -211,7 +219,7 @@ static void *server_loop(void *arg)
     return NULL;
 }
 
-static void wait_req(void *r)
+static void wait_req_on(ucp_worker_h w, void *r)
 {
     if (r == NULL) {
         return;
@@ -221,11 +229,13 @@ static void wait_req(void *r)
         exit(1);
     }
     while (!((req_t *)r)->done) {
-        ucp_worker_progress(client);
+        ucp_worker_progress(w);
     }
     ((req_t *)r)->done = 0;
     ucp_request_free(r);
 }
+
+static void wait_req(void *r) { wait_req_on(client, r); }
 
 static void rma_bench(size_t n, int put, int flush)
 {
@@ -312,6 +322,344 @@ static void bench_progress_idle(void)
     ucp_worker_destroy(w);
 }
 
+/* ---- Two processes: the peer is this program run again (twin --peer TLS).
+ * Protocol, as in twoproc_test.go: the peer prints "ADDR RKEY RADDR" (hex,
+ * hex, decimal), reads the client's address (hex), prints "ready", and runs
+ * until its stdin closes. It echoes every active message of AM_ID back on
+ * its own endpoint and owns the memory the client puts to and gets from. */
+#define AM_ID  1
+#define WARMUP 16 /* untimed operations: wire-up completes before the loop */
+
+static const char *tls_shm = "posix,sysv,self";
+static const char *tls_tcp = "tcp";
+
+static int am_received;      /* messages the handler took */
+static char am_data[64];     /* the last one's data, copied as ucx-go does */
+static size_t am_len;
+
+static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
+                          void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    am_len = length < sizeof(am_data) ? length : sizeof(am_data);
+    memcpy(am_data, data, am_len);
+    ++am_received;
+    return UCS_OK;
+}
+
+static void set_am_handler(ucp_worker_h w)
+{
+    ucp_am_handler_param_t p = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                              UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                                              UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                              UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                .id = AM_ID, .flags = UCP_AM_FLAG_WHOLE_MSG,
+                                .cb = am_cb, .arg = NULL};
+    CHECK(ucp_worker_set_am_recv_handler(w, &p));
+}
+
+/* ucx-go's SendAMMem: no header, the data's memh, COPY_HEADER always. */
+static void *am_send(ucp_ep_h ep, void *buf, size_t n, ucp_mem_h memh)
+{
+    ucp_request_param_t p;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMH;
+    p.cb.send      = send_cb;
+    p.flags        = UCP_AM_SEND_FLAG_COPY_HEADER;
+    p.memh         = memh;
+    return ucp_am_send_nbx(ep, AM_ID, NULL, 0, buf, n, &p);
+}
+
+static ucp_ep_h connect_to(ucp_worker_h w, const ucp_address_t *addr)
+{
+    ucp_ep_params_t p;
+    ucp_ep_h ep;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address    = addr;
+    CHECK(ucp_ep_create(w, &p, &ep));
+    return ep;
+}
+
+static void close_ep(ucp_worker_h w, ucp_ep_h ep)
+{
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *cr = ucp_ep_close_nbx(ep, &cp);
+    while (cr != NULL && !UCS_PTR_IS_ERR(cr) && ucp_request_check_status(cr) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (cr != NULL && !UCS_PTR_IS_ERR(cr)) {
+        ucp_request_free(cr);
+    }
+}
+
+static void put_hex(FILE *f, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        fprintf(f, "%02x", ((const unsigned char *)p)[i]);
+    }
+}
+
+/* Decodes the hex word at *s into a malloc'd buffer; advances *s. */
+static void *get_hex(char **s, size_t *n)
+{
+    char *p = *s + strspn(*s, " \n");
+    size_t len = strspn(p, "0123456789abcdef");
+    unsigned char *b = malloc(len / 2 + 1);
+    for (size_t i = 0; i + 1 < len; i += 2) {
+        sscanf(p + i, "%2hhx", &b[i / 2]);
+    }
+    *n = len / 2;
+    *s = p + len;
+    return b;
+}
+
+static ucp_worker_h new_worker(void)
+{
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    ucp_worker_h w;
+    CHECK(ucp_worker_create(ctx, &wp, &w));
+    return w;
+}
+
+/* The peer's loop is ucx-go's Worker.Run: progress, handle what arrived,
+ * and after at least 64 idle rounds and 50 us arm and sleep on the event fd
+ * (bounded by 50 ms, as ucx-go's guard tick). */
+static void peer_main(const char *tls)
+{
+    ucp_worker_h w;
+    ucp_address_t *addr;
+    size_t alen, plen, clen;
+    void *packed, *caddr;
+    char *line = NULL, *s;
+    size_t cap = 0;
+    ucp_ep_h ep;
+    int efd, handled = 0;
+    void *pending[64];
+    int npending = 0;
+
+    ctx = new_context(tls);
+    w   = new_worker();
+    ucp_mem_h target = map(NULL, 4096, 1), echo = map(NULL, 4096, 1);
+    void *echo_buf = mem_addr(echo);
+    set_am_handler(w);
+    CHECK(ucp_rkey_pack(ctx, target, &packed, &plen));
+    CHECK(ucp_worker_get_address(w, &addr, &alen));
+    put_hex(stdout, addr, alen);
+    putchar(' ');
+    put_hex(stdout, packed, plen);
+    printf(" %llu\n", (unsigned long long)(uintptr_t)mem_addr(target));
+    fflush(stdout);
+    ucp_worker_release_address(w, addr);
+    ucp_rkey_buffer_release(packed);
+
+    if (getline(&line, &cap, stdin) <= 0) {
+        fprintf(stderr, "twin peer: no client address on stdin\n");
+        exit(1);
+    }
+    s     = line;
+    caddr = get_hex(&s, &clen);
+    ep    = connect_to(w, caddr);
+    printf("ready\n");
+    fflush(stdout);
+
+    CHECK(ucp_worker_get_efd(w, &efd));
+    for (;;) {
+        int active = 0;
+        double t0 = now_ns();
+        for (int i = 0; i < 64 || now_ns() - t0 < 50e3; ++i) {
+            active = ucp_worker_progress(w) > 0;
+            for (int k = 0; k < npending; ++k) { /* earlier replies: tested, not waited for */
+                if (((req_t *)pending[k])->done) {
+                    ((req_t *)pending[k])->done = 0;
+                    ucp_request_free(pending[k]);
+                    pending[k--] = pending[--npending];
+                }
+            }
+            for (; handled < am_received; ++handled) {
+                memcpy(echo_buf, am_data, am_len);
+                void *r = am_send(ep, echo_buf, am_len, echo);
+                if (UCS_PTR_IS_ERR(r)) {
+                    fprintf(stderr, "twin peer: echo: %s\n", ucs_status_string(UCS_PTR_STATUS(r)));
+                    exit(1);
+                }
+                if (r != NULL && npending < 64) {
+                    pending[npending++] = r;
+                } else if (r != NULL) {
+                    wait_req_on(w, r);
+                }
+            }
+            if (active) {
+                break;
+            }
+        }
+        if (active || ucp_worker_arm(w) != UCS_OK) {
+            continue;
+        }
+        struct pollfd pfd[2] = {{.fd = efd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
+        poll(pfd, 2, 50);
+        if (pfd[1].revents) {
+            char buf[256];
+            if (read(0, buf, sizeof(buf)) <= 0) {
+                break; /* the client is done */
+            }
+        }
+    }
+    while (npending > 0) {
+        wait_req_on(w, pending[--npending]);
+    }
+    close_ep(w, ep);
+    free(caddr);
+    free(line);
+    ucp_mem_unmap(ctx, target);
+    ucp_mem_unmap(ctx, echo);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+}
+
+/* The client side: a context of its own with the peer's transports. */
+typedef struct {
+    pid_t pid;
+    FILE *to_peer, *from_peer;
+    ucp_context_h saved_ctx;
+    ucp_worker_h w;
+    ucp_ep_h ep;
+    ucp_rkey_h rkey;
+    uint64_t raddr;
+    ucp_mem_h local;
+    void *lbuf;
+} remote_t;
+
+extern char **environ;
+
+static void remote_open(remote_t *r, const char *tls)
+{
+    int in[2], out[2];
+    posix_spawn_file_actions_t fa;
+    char *argv[] = {"twin", "--peer", (char *)tls, NULL};
+    char *line = NULL, *s;
+    size_t cap = 0, alen, plen;
+    void *paddr, *prkey;
+    ucp_address_t *addr;
+
+    memset(r, 0, sizeof(*r));
+    /* posix_spawn, not fork: no copy of this process's UCX state. */
+    if (pipe(in) || pipe(out)) {
+        perror("pipe");
+        exit(1);
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    if (posix_spawn(&r->pid, "/proc/self/exe", &fa, NULL, argv, environ) != 0) {
+        perror("posix_spawn");
+        exit(1);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    r->to_peer   = fdopen(in[1], "w");
+    r->from_peer = fdopen(out[0], "r");
+    if (getline(&line, &cap, r->from_peer) <= 0) {
+        fprintf(stderr, "twin: the peer ended early\n");
+        exit(1);
+    }
+    s     = line;
+    paddr = get_hex(&s, &alen);
+    prkey = get_hex(&s, &plen);
+    r->raddr = strtoull(s, NULL, 10);
+
+    r->saved_ctx = ctx;
+    ctx          = new_context(tls);
+    r->w         = new_worker();
+    set_am_handler(r->w);
+    r->local = map(NULL, 4096, 1);
+    r->lbuf  = mem_addr(r->local);
+    r->ep    = connect_to(r->w, paddr);
+    CHECK(ucp_ep_rkey_unpack(r->ep, prkey, &r->rkey));
+    CHECK(ucp_worker_get_address(r->w, &addr, &alen));
+    put_hex(r->to_peer, addr, alen);
+    fputc('\n', r->to_peer);
+    fflush(r->to_peer);
+    ucp_worker_release_address(r->w, addr);
+    if (getline(&line, &cap, r->from_peer) <= 0 || strcmp(line, "ready\n") != 0) {
+        fprintf(stderr, "twin: the peer is not ready\n");
+        exit(1);
+    }
+    free(paddr);
+    free(prkey);
+    free(line);
+    client = r->w; /* wait_req progresses it */
+}
+
+static void remote_close(remote_t *r)
+{
+    int status;
+    ucp_rkey_destroy(r->rkey);
+    close_ep(r->w, r->ep);
+    ucp_mem_unmap(ctx, r->local);
+    ucp_worker_destroy(r->w);
+    ucp_cleanup(ctx);
+    ctx = r->saved_ctx;
+    fclose(r->to_peer); /* the peer's cue to exit */
+    for (int i = 0; i < 1000 && waitpid(r->pid, &status, WNOHANG) == 0; ++i) {
+        usleep(10000);
+    }
+    if (waitpid(r->pid, &status, WNOHANG) == 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, &status, 0);
+    }
+    fclose(r->from_peer);
+}
+
+static void ping_pong(remote_t *r)
+{
+    int want = am_received + 1;
+    wait_req(am_send(r->ep, r->lbuf, 8, r->local));
+    while (am_received < want) {
+        ucp_worker_progress(r->w);
+    }
+}
+
+static void put8_flush(remote_t *r)
+{
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_MEMH,
+                              .cb.send = send_cb, .memh = r->local};
+    ucp_request_param_t fp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
+    wait_req(ucp_put_nbx(r->ep, r->lbuf, 8, r->raddr, r->rkey, &rp));
+    wait_req(ucp_ep_flush_nbx(r->ep, &fp));
+}
+
+static void get8(remote_t *r)
+{
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_MEMH,
+                              .cb.send = send_cb, .memh = r->local};
+    wait_req(ucp_get_nbx(r->ep, r->lbuf, 8, r->raddr, r->rkey, &rp));
+}
+
+static void bench_remote(const char *tls, void (*op)(remote_t *))
+{
+    remote_t r;
+    remote_open(&r, tls);
+    for (int i = 0; i < WARMUP; ++i) {
+        op(&r);
+    }
+    START();
+    for (long i = 0; i < iters; ++i) {
+        op(&r);
+    }
+    END();
+    remote_close(&r);
+}
+
+static void bench_am_ping_pong8_shm(void) { bench_remote(tls_shm, ping_pong); }
+static void bench_am_ping_pong8_tcp(void) { bench_remote(tls_tcp, ping_pong); }
+static void bench_put8_flush_shm(void)    { bench_remote(tls_shm, put8_flush); }
+static void bench_put8_flush_tcp(void)    { bench_remote(tls_tcp, put8_flush); }
+static void bench_get8_shm(void)          { bench_remote(tls_shm, get8); }
+static void bench_get8_tcp(void)          { bench_remote(tls_tcp, get8); }
+
 static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"Register64K", bench_register64k}, {"Register4M", bench_register4m},
     {"Alloc64K", bench_alloc64k}, {"RkeyPack", bench_rkey_pack},
@@ -320,12 +668,19 @@ static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"Get8", bench_get8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
     {"Put4M", bench_put4m}, {"Get64K", bench_get64k}, {"Get1M", bench_get1m},
     {"Get4M", bench_get4m}, {"ProgressIdle", bench_progress_idle},
+    {"AMPingPong8Shm", bench_am_ping_pong8_shm}, {"AMPingPong8TCP", bench_am_ping_pong8_tcp},
+    {"Put8FlushShm", bench_put8_flush_shm}, {"Put8FlushTCP", bench_put8_flush_tcp},
+    {"Get8Shm", bench_get8_shm}, {"Get8TCP", bench_get8_tcp},
 };
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "--peer") == 0) {
+        peer_main(argv[2]);
+        return 0;
+    }
     iters = argc > 1 ? atol(argv[1]) : 2000;
-    init_context();
+    ctx = new_context("posix,sysv,self");
     for (size_t b = 0; b < sizeof(benches) / sizeof(benches[0]); ++b) {
         int wanted = argc <= 2;
         for (int a = 2; a < argc; ++a) {
