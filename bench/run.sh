@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # bench/run.sh: Go benchmarks and their C twin, alternately (A B A B ...),
-# PAIRS pairs of ITERS operations each; prints medians and Go/C ratios.
+# PAIRS pairs of ITERS operations each; prints medians and Go/C ratios, and
+# for the two-process latency rows UCX's own ucx_perftest as an anchor.
 # BENCH_JSON=FILE also writes the table as JSON. Runs where UCX is (ci/run.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pairs=${BENCH_PAIRS:-5}
 iters=${BENCH_ITERS:-20000}
+# Every program run is bounded: a hang fails the run instead of stalling CI.
+limit=${BENCH_TIMEOUT:-600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p bin
@@ -15,18 +18,85 @@ go build -o bin/idle ./bench/idle
 gcc -O2 -Wall -o bin/twin bench/ctwin/twin.c $(pkg-config --cflags --libs ucx ucx-uct) -lpthread
 
 # Short operations run ITERS times; transfers and gets (which wait for the
-# target's worker) ITERS/20 times.
+# target's worker) ITERS/20 times; the two-process round trips ITERS/10.
 fast='Register64K Register4M Alloc64K RkeyPack ExportAttempt ZeroExportImport UCTRegisterPack Put8Flush ProgressIdle'
 slow='Get8 Put64K Put1M Put4M Get64K Get1M Get4M'
+twoproc='AMPingPong8Shm AMPingPong8TCP Put8FlushShm Put8FlushTCP Get8Shm Get8TCP'
 slow_iters=$(( iters / 20 > 10 ? iters / 20 : 10 ))
+pair_iters=$(( iters / 10 > 10 ? iters / 10 : 10 ))
 gobench() { # ITERS NAMES...
 	local n=$1; shift
-	bin/bench.test -test.run '^$' -test.bench "^Benchmark($(echo "$@" | tr ' ' '|'))\$" -test.benchtime "${n}x" -test.benchmem 2>/dev/null |
-		awk '/^Benchmark/ { sub(/^Benchmark/, "", $1); sub(/-[0-9]+$/, "", $1); a = "-"; for (i = 1; i <= NF; i++) if ($i == "allocs/op") a = $(i-1); print $1, $3, a }'
+	timeout "$limit" bin/bench.test -test.run '^$' -test.bench "^Benchmark($(echo "$@" | tr ' ' '|'))\$" -test.benchtime "${n}x" -test.benchmem 2>"$work/go.err" |
+		awk '/^Benchmark/ { sub(/^Benchmark/, "", $1); sub(/-[0-9]+$/, "", $1); a = "-"; for (i = 1; i <= NF; i++) if ($i == "allocs/op") a = $(i-1); print $1, $3, a }' ||
+		{ echo "bench: Go benchmarks failed:" >&2; cat "$work/go.err" >&2; return 1; }
 }
+twin() { # ITERS NAMES...
+	timeout "$limit" bin/twin "$@" 2>"$work/c.err" || { echo "bench: C twin failed:" >&2; cat "$work/c.err" >&2; return 1; }
+}
+
+# ucx_perftest anchors: row, test, UCX_TLS, and the factor that turns the
+# figure perftest prints into the row's unit (its latency tests print half a
+# round trip; its get prints one get).
+anchors='AMPingPong8Shm ucp_am_lat posix,sysv,self 2
+AMPingPong8TCP ucp_am_lat tcp 2
+Put8FlushShm ucp_put_lat posix,sysv,self 2
+Put8FlushTCP ucp_put_lat tcp 2
+Get8Shm ucp_get posix,sysv,self 1
+Get8TCP ucp_get tcp 1'
+pt_limit=${BENCH_PERFTEST_TIMEOUT:-60}
+# Debian's ucx_perftest is linked with Open MPI, which initializes even with
+# -P 0: without its shared-memory transport and UCX layer it leaves no
+# segment in /dev/shm, creates no second UCX context, and starts in 0.4 s
+# instead of 1.5 s (it sleeps a second).
+export OMPI_MCA_btl=self OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
+
+# perftest ROW TEST TLS FACTOR: one ucx_perftest run over loopback, server in
+# the background; prints "ROW MEAN_NS P50_NS", or "ROW fail REASON" (a
+# failure is reported in the table, it does not end the bench).
+perftest() {
+	local row=$1 test=$2 tls=$3 factor=$4 port srv out="" rc try i line
+	if ! command -v ucx_perftest >/dev/null; then
+		echo "$row fail ucx_perftest not installed (package ucx-utils)"; return
+	fi
+	for try in 1 2 3; do
+		port=$(( 20000 + RANDOM % 40000 ))
+		UCX_TLS=$tls timeout "$((pt_limit + 10))" ucx_perftest -P 0 -p "$port" </dev/null >"$work/pt.srv" 2>&1 &
+		srv=$!
+		rc=refused
+		for i in $(seq 50); do # the client does not retry: retry until the server listens
+			sleep 0.1
+			kill -0 "$srv" 2>/dev/null || { rc=noserver; break; }
+			rc=0
+			out=$(UCX_TLS=$tls timeout "$pt_limit" ucx_perftest 127.0.0.1 -P 0 -p "$port" -M serialized \
+				-t "$test" -s 8 -n "$pair_iters" -w "$(( pair_iters / 10 > 10 ? pair_iters / 10 : 10 ))" -f </dev/null 2>&1) || rc=$?
+			[ "$rc" != 0 ] && grep -q 'Connection refused' <<<"$out" && { rc=refused; continue; }
+			break
+		done
+		# The server ends with the test; its result is the client's.
+		for i in $(seq 30); do kill -0 "$srv" 2>/dev/null && sleep 0.1; done
+		kill "$srv" 2>/dev/null || true
+		wait "$srv" 2>/dev/null || true
+		case $rc in
+		refused|noserver) out="server did not start on port $port: $(tail -n1 "$work/pt.srv")" ;;
+		124) out="timed out after ${pt_limit}s"; break ;;
+		*) break ;;
+		esac
+	done
+	# The final line: iterations, latency 50%ile, average, overall (us), ...
+	line=$(awk -v n="$pair_iters" 'NF >= 4 && $1 == n && $2 ~ /^[0-9.]+$/ { l = $0 } END { print l }' <<<"$out")
+	if [ "$rc" != 0 ] || [ -z "$line" ]; then
+		# The reason: UCX's first error line, else perftest's last words.
+		line=$(grep -m1 ' ERROR ' <<<"$out" || grep -v '^[+|]' <<<"$out" | tail -n1)
+		echo "$row fail $test UCX_TLS=$tls: $(sed 's/^\[[^]]*\] *\[[^]]*\] *//' <<<"$line" | tr -s ' ')"
+		return
+	fi
+	awk -v row="$row" -v f="$factor" '{ printf "%s %.1f %.1f\n", row, $4 * 1000 * f, $2 * 1000 * f }' <<<"$line"
+}
+
 for p in $(seq "$pairs"); do
-	{ gobench "$iters" $fast; gobench "$slow_iters" $slow; } >"$work/go.$p"
-	{ bin/twin "$iters" $fast; bin/twin "$slow_iters" $slow; } 2>/dev/null >"$work/c.$p"
+	{ gobench "$iters" $fast; gobench "$slow_iters" $slow; gobench "$pair_iters" $twoproc; } >"$work/go.$p"
+	{ twin "$iters" $fast; twin "$slow_iters" $slow; twin "$pair_iters" $twoproc; } >"$work/c.$p"
+	while read -r row test tls factor; do perftest "$row" "$test" "$tls" "$factor"; done <<<"$anchors" >"$work/pt.$p"
 done
 
 # Bytes per operation of the bandwidth benchmarks.
@@ -34,8 +104,9 @@ size() { case $1 in *64K) echo 65536 ;; *1M) echo 1048576 ;; *4M) echo 4194304 ;
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
 
 {
-	printf '%-18s %12s %12s %8s %10s\n' operation "C" "Go" "Go/C" "allocs/op"
+	printf '%-16s %14s %14s %12s %12s %8s %10s\n' operation perftest "(p50)" "C" "Go" "Go/C" "allocs/op"
 	json="["
+	notes=""
 	for name in $(awk '{print $1}' "$work/go.1"); do
 		g=$(cat "$work"/go.* | awk -v n="$name" '$1 == n {print $2}' | median)
 		c=$(cat "$work"/c.* | awk -v n="$name" '$1 == n {print $2}' | median)
@@ -46,16 +117,34 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 			gv=$(awk -v b="$bytes" -v t="$g" 'BEGIN { printf "%.2f", b / t }')
 			cv=$(awk -v b="$bytes" -v t="$c" 'BEGIN { printf "%.2f", b / t }')
 			ratio=$(awk -v x="$gv" -v y="$cv" 'BEGIN { printf "%.2f", x / y }')
-			printf '%-18s %9s GB/s %6s GB/s %6s %10s\n' "$name" "$cv" "$gv" "$ratio" "$a"
+			printf '%-16s %14s %14s %7s GB/s %7s GB/s %6s %10s\n' "$name" - - "$cv" "$gv" "$ratio" "$a"
 			json="$json{\"op\":\"$name\",\"c_gbps\":$cv,\"go_gbps\":$gv,\"ratio\":$ratio,\"allocs\":$a},"
-		else
-			ratio=$(awk -v x="$g" -v y="$c" 'BEGIN { printf "%.2f", x / y }')
-			printf '%-18s %9s ns %9s ns %6s %10s\n' "$name" "$c" "$g" "$ratio" "$a"
-			json="$json{\"op\":\"$name\",\"c_ns\":$c,\"go_ns\":$g,\"ratio\":$ratio,\"allocs\":$a},"
+			continue
 		fi
+		ratio=$(awk -v x="$g" -v y="$c" 'BEGIN { printf "%.2f", x / y }')
+		pt=- p50=- ptjson=""
+		if grep -q "^$name " <<<"$anchors"; then
+			read -r _ test tls _ < <(grep "^$name " <<<"$anchors")
+			ok=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 != "fail"' | wc -l)
+			if [ "$ok" -gt 0 ]; then
+				pt=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 != "fail" {print $2}' | median)
+				p50=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 != "fail" {print $3}' | median)
+				ptjson=",\"perftest_ns\":$pt,\"perftest_p50_ns\":$p50"
+				pt="$pt ns" p50="$p50 ns"
+			else
+				pt=fail
+				why=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 == "fail" { $1 = ""; $2 = ""; sub(/^ +/, ""); print; exit }')
+				notes="$notes  perftest $name: $why"$'\n'
+				ptjson=",\"perftest_error\":\"$(sed 's/[\\"]/\\&/g' <<<"$why")\""
+			fi
+			ptjson="$ptjson,\"perftest_test\":\"$test\",\"tls\":\"$tls\""
+		fi
+		printf '%-16s %14s %14s %9s ns %9s ns %6s %10s\n' "$name" "$pt" "$p50" "$c" "$g" "$ratio" "$a"
+		json="$json{\"op\":\"$name\",\"c_ns\":$c,\"go_ns\":$g,\"ratio\":$ratio,\"allocs\":$a$ptjson},"
 	done
-	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets), medians; UCX $(pkg-config --modversion ucx); ratios: Go/C for ns, Go/C for GB/s)"
-	idle=$(bin/idle -for "${BENCH_IDLE:-5s}" 2>/dev/null)
+	printf '%s' "$notes"
+	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets, $pair_iters for two-process rows), medians; UCX $(pkg-config --modversion ucx); ratios: Go/C for ns, Go/C for GB/s; perftest: ucx_perftest's mean (and median) as a round trip for the ping-pong tests, per get for ucp_get)"
+	idle=$(timeout "$limit" bin/idle -for "${BENCH_IDLE:-5s}" 2>/dev/null)
 	echo "$idle"
 	[ -n "${BENCH_JSON:-}" ] && echo "{\"ucx\":\"$(pkg-config --modversion ucx)\",\"ops\":${json%,}],\"idle\":\"$idle\"}" >"$BENCH_JSON"
 	true
