@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -278,41 +279,50 @@ func (h MemHandle) IsNil() bool { return h.p == nil }
 // MemMap maps memory: allocate, register [addr, addr+n), or import the
 // exported descriptor exported (already validated by the caller).
 func (c Context) MemMap(addr unsafe.Pointer, n uintptr, allocate bool, prot uint, memType int, exported []byte) (h MemHandle, base unsafe.Pointer, length uintptr, st Status) {
-	var outLen C.size_t
-	st = Status(C.ucxgo_mem_map(c.p, addr, C.size_t(n), boolInt(allocate), C.unsigned(prot), C.int(memType), bytesPtr(exported), &h.p, &base, &outLen))
-	return h, base, uintptr(outLen), st
+	r := C.ucxgo_mem_map(c.p, addr, C.size_t(n), boolInt(allocate), C.unsigned(prot), C.int(memType), bytesPtr(exported))
+	if r.status != 0 {
+		return MemHandle{}, nil, 0, Status(r.status)
+	}
+	return MemHandle{C.ucp_mem_h(r.handle)}, r.address, uintptr(r.length), 0
 }
 
 // MemUnmap unmaps a mapping.
 func (c Context) MemUnmap(h MemHandle) Status { return Status(C.ucxgo_mem_unmap(c.p, h.p)) }
 
-// packInto runs a pack shim into a stack-sized buffer first, then exactly.
-func packInto(pack func(out []byte, n *C.size_t) Status) ([]byte, Status) {
-	buf := make([]byte, 256)
-	var n C.size_t
-	st := pack(buf, &n)
-	if st == -11 && int(n) > len(buf) {
-		buf = make([]byte, int(n))
-		st = pack(buf, &n)
+// packAppend runs a pack shim into dst's spare capacity, made at least
+// hint bytes; when UCX needs more it grows dst to the exact size and packs
+// again. It returns dst extended by the packed bytes and their number, the
+// caller's next hint: with the right hint a pack costs one crossing and at
+// most one allocation, and a refused pack (an export on an MD that cannot)
+// allocates nothing.
+func packAppend(dst []byte, hint int, pack func(out unsafe.Pointer, capacity C.size_t) C.ucxgo_result_t) ([]byte, int, Status) {
+	dst = slices.Grow(dst, hint)
+	spare := dst[len(dst):cap(dst)]
+	r := pack(bytesPtr(spare), C.size_t(len(spare)))
+	if Status(r.status) == -11 && int(r.length) > len(spare) { // UCS_ERR_BUFFER_TOO_SMALL
+		dst = slices.Grow(dst, int(r.length))
+		spare = dst[len(dst):cap(dst)]
+		r = pack(bytesPtr(spare), C.size_t(len(spare)))
 	}
-	if st != 0 {
-		return nil, st
+	if r.status != 0 {
+		return dst, 0, Status(r.status)
 	}
-	return buf[:n], 0
+	return dst[:len(dst)+int(r.length)], int(r.length), 0
 }
 
-// ExportMemh packs h with UCP_MEMH_PACK_FLAG_EXPORT (never without: that
-// aborts the process) and returns a Go copy of the descriptor.
-func (c Context) ExportMemh(h MemHandle) ([]byte, Status) {
-	return packInto(func(out []byte, n *C.size_t) Status {
-		return Status(C.ucxgo_memh_export(c.p, h.p, bytesPtr(out), C.size_t(len(out)), n))
+// AppendExport packs h with UCP_MEMH_PACK_FLAG_EXPORT (never without: that
+// aborts the process) and appends the descriptor to dst (see packAppend).
+func (c Context) AppendExport(dst []byte, hint int, h MemHandle) ([]byte, int, Status) {
+	return packAppend(dst, hint, func(out unsafe.Pointer, capacity C.size_t) C.ucxgo_result_t {
+		return C.ucxgo_memh_export(c.p, h.p, out, capacity)
 	})
 }
 
-// PackRkey packs h's remote key (ucp_rkey_pack) into a Go copy.
-func (c Context) PackRkey(h MemHandle) ([]byte, Status) {
-	return packInto(func(out []byte, n *C.size_t) Status {
-		return Status(C.ucxgo_rkey_pack(c.p, h.p, bytesPtr(out), C.size_t(len(out)), n))
+// AppendRkey packs h's remote key (ucp_rkey_pack) and appends it to dst
+// (see packAppend).
+func (c Context) AppendRkey(dst []byte, hint int, h MemHandle) ([]byte, int, Status) {
+	return packAppend(dst, hint, func(out unsafe.Pointer, capacity C.size_t) C.ucxgo_result_t {
+		return C.ucxgo_rkey_pack(c.p, h.p, out, capacity)
 	})
 }
 
@@ -321,9 +331,8 @@ type Rkey struct{ p C.ucp_rkey_h }
 
 // UnpackRkey unpacks a packed rkey for e.
 func (e Endpoint) UnpackRkey(buf []byte) (Rkey, Status) {
-	var r Rkey
-	st := Status(C.ucxgo_ep_rkey_unpack(e.p, bytesPtr(buf), C.size_t(len(buf)), &r.p))
-	return r, st
+	r := C.ucxgo_ep_rkey_unpack(e.p, bytesPtr(buf), C.size_t(len(buf)))
+	return Rkey{C.ucp_rkey_h(r.handle)}, Status(r.status)
 }
 
 // Destroy destroys the remote key.

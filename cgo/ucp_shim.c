@@ -537,14 +537,14 @@ ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *e)
 
 /* ---- memory ------------------------------------------------------------ */
 
-ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
-                           int allocate, unsigned prot, int mem_type,
-                           const void *exported, ucp_mem_h *memh_p,
-                           void **addr_out, size_t *len_out)
+ucxgo_result_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
+                             int allocate, unsigned prot, int mem_type,
+                             const void *exported)
 {
     ucp_mem_map_params_t params;
     ucp_mem_attr_t attr;
-    ucs_status_t status;
+    ucxgo_result_t r = {0};
+    ucp_mem_h memh;
 
     memset(&params, 0, sizeof(params));
     if (exported != NULL) {
@@ -562,24 +562,26 @@ ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
         params.prot        = prot;
         params.memory_type = (ucs_memory_type_t)mem_type;
     }
-    status = ucp_mem_map(ctx, &params, memh_p);
-    if (status != UCS_OK) {
-        return status;
+    r.status = ucp_mem_map(ctx, &params, &memh);
+    if (r.status != UCS_OK) {
+        return r;
     }
+    r.handle = memh;
     if ((exported == NULL) && !allocate) {
-        *addr_out = address; /* registered: the caller's own range */
-        *len_out  = length;
-        return UCS_OK;
+        r.address = address; /* registered: the caller's own range */
+        r.length  = length;
+        return r;
     }
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    status = ucp_mem_query(*memh_p, &attr);
-    if (status != UCS_OK) {
-        ucp_mem_unmap(ctx, *memh_p);
-        return status;
+    r.status = ucp_mem_query(memh, &attr);
+    if (r.status != UCS_OK) {
+        ucp_mem_unmap(ctx, memh);
+        r.handle = NULL;
+        return r;
     }
-    *addr_out = attr.address;
-    *len_out  = attr.length;
-    return UCS_OK;
+    r.address = attr.address;
+    r.length  = attr.length;
+    return r;
 }
 
 ucs_status_t ucxgo_mem_unmap(ucp_context_h ctx, ucp_mem_h memh)
@@ -587,57 +589,70 @@ ucs_status_t ucxgo_mem_unmap(ucp_context_h ctx, ucp_mem_h memh)
     return ucp_mem_unmap(ctx, memh);
 }
 
-ucs_status_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
-                               size_t cap, size_t *len)
+/* Copies a packed buffer of n bytes out when it fits in cap. */
+static ucxgo_result_t ucxgo_copy_packed(ucs_status_t status, const void *buf,
+                                        size_t n, void *out, size_t cap)
+{
+    ucxgo_result_t r = {0};
+
+    r.status = status;
+    if (status != UCS_OK) {
+        return r;
+    }
+    r.length = n;
+    if (n <= cap) {
+        memcpy(out, buf, n);
+    } else {
+        r.status = UCS_ERR_BUFFER_TOO_SMALL;
+    }
+    return r;
+}
+
+ucxgo_result_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                                 size_t cap)
 {
     ucp_memh_pack_params_t params;
     ucp_memh_buffer_release_params_t release;
-    void *buf;
-    size_t n;
     ucs_status_t status;
+    ucxgo_result_t r;
+    void *buf = NULL;
+    size_t n  = 0;
 
     params.field_mask = UCP_MEMH_PACK_PARAM_FIELD_FLAGS;
     params.flags      = UCP_MEMH_PACK_FLAG_EXPORT;
     status = ucp_memh_pack(memh, &params, &buf, &n);
-    if (status != UCS_OK) {
-        return status;
+    r      = ucxgo_copy_packed(status, buf, n, out, cap);
+    if (status == UCS_OK) {
+        release.field_mask = 0;
+        ucp_memh_buffer_release(buf, &release);
     }
-    *len = n;
-    if (n <= cap) {
-        memcpy(out, buf, n);
-    } else {
-        status = UCS_ERR_BUFFER_TOO_SMALL;
-    }
-    release.field_mask = 0;
-    ucp_memh_buffer_release(buf, &release);
-    return status;
+    return r;
 }
 
-ucs_status_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
-                             size_t cap, size_t *len)
+ucxgo_result_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                               size_t cap)
 {
-    void *buf;
-    size_t n;
     ucs_status_t status;
+    ucxgo_result_t r;
+    void *buf = NULL;
+    size_t n  = 0;
 
     status = ucp_rkey_pack(ctx, memh, &buf, &n);
-    if (status != UCS_OK) {
-        return status;
+    r      = ucxgo_copy_packed(status, buf, n, out, cap);
+    if (status == UCS_OK) {
+        ucp_rkey_buffer_release(buf);
     }
-    *len = n;
-    if (n <= cap) {
-        memcpy(out, buf, n);
-    } else {
-        status = UCS_ERR_BUFFER_TOO_SMALL;
-    }
-    ucp_rkey_buffer_release(buf);
-    return status;
+    return r;
 }
 
-ucs_status_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *e, const void *buf, size_t len,
-                                  ucp_rkey_h *rkey_p)
+ucxgo_result_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *e, const void *buf, size_t len)
 {
-    return ucp_ep_rkey_unpack(e->ep, buf, rkey_p);
+    ucxgo_result_t r = {0};
+    ucp_rkey_h rkey  = NULL;
+
+    r.status = ucp_ep_rkey_unpack(e->ep, buf, &rkey);
+    r.handle = rkey;
+    return r;
 }
 
 void ucxgo_rkey_destroy(ucp_rkey_h rkey)

@@ -163,9 +163,8 @@ func (md MD) QueryRaw(fieldMask uint64, buf []byte) Status {
 // Register registers [p, p+n) on md. Go memory must be pinned by the caller
 // for as long as the registration lives.
 func (md MD) Register(p unsafe.Pointer, n uintptr, flags uint64) (Memh, Status) {
-	var h Memh
-	st := Status(C.ucxgo_mem_reg(md.p, p, C.size_t(n), C.uint64_t(flags), &h.p))
-	return h, st
+	r := C.ucxgo_mem_reg(md.p, p, C.size_t(n), C.uint64_t(flags))
+	return Memh{C.uct_mem_h(r.handle)}, Status(r.status)
 }
 
 // Deregister undoes Register or Attach.
@@ -201,13 +200,8 @@ func (a *Allocation) Free() Status { return Status(C.ucxgo_mem_free(&a.c)) }
 // out, which must be the MD's packed size. overrun reports that UCX wrote
 // past len(out); the bytes were caught in a guard area, out holds the prefix.
 func (md MD) PackMkey(h Memh, addr unsafe.Pointer, n uintptr, export bool, out []byte) (overrun bool, st Status) {
-	var ov C.int
-	var ex C.int
-	if export {
-		ex = 1
-	}
-	st = Status(C.ucxgo_mkey_pack(md.p, h.p, addr, C.size_t(n), ex, bytesPtr(out), C.size_t(len(out)), &ov))
-	return ov != 0, st
+	r := C.ucxgo_mkey_pack(md.p, h.p, addr, C.size_t(n), boolInt(export), bytesPtr(out), C.size_t(len(out)))
+	return r.flag != 0, Status(r.status)
 }
 
 // PackMkeyV1 packs h's rkey through the installed v1 uct_md_mkey_pack; it

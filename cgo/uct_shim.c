@@ -217,15 +217,19 @@ unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields)
     return sizeof(ucxgo_md_attr_v2_fields) / sizeof(ucxgo_md_attr_v2_fields[0]);
 }
 
-ucs_status_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
-                           uint64_t flags, uct_mem_h *memh_p)
+ucxgo_result_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
+                             uint64_t flags)
 {
     ucxgo_uct_md_mem_reg_params_t params;
+    ucxgo_result_t r = {0};
+    uct_mem_h memh   = NULL;
 
     memset(&params, 0, sizeof(params));
     params.field_mask = UCXGO_MEM_REG_FIELD_FLAGS;
     params.flags      = flags;
-    return uct_md_mem_reg_v2(md, address, length, &params, memh_p);
+    r.status = uct_md_mem_reg_v2(md, address, length, &params, &memh);
+    r.handle = memh;
+    return r;
 }
 
 ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh)
@@ -317,12 +321,16 @@ static ucs_status_t ucxgo_guarded_pack(uct_md_h md, uct_mem_h memh,
     return status;
 }
 
-ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
-                             size_t length, int export_key, void *out,
-                             size_t out_size, int *overrun)
+ucxgo_result_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
+                               size_t length, int export_key, void *out,
+                               size_t out_size)
 {
-    return ucxgo_guarded_pack(md, memh, address, length, export_key, 0, out,
-                              out_size, overrun);
+    ucxgo_result_t r = {0};
+
+    r.status = ucxgo_guarded_pack(md, memh, address, length, export_key, 0,
+                                  out, out_size, &r.flag);
+    r.length = out_size;
+    return r;
 }
 
 ucs_status_t ucxgo_mkey_pack_v1(uct_md_h md, uct_mem_h memh, void *out,

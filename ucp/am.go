@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -100,7 +101,7 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	}
 	m.consumed = true
 	p, pin := pinBytes(buf[:m.length])
-	return m.receive(op, p, cgo.MemHandle{}, pin), nil
+	return m.receive(op, p, cgo.MemHandle{}, pin, nil), nil
 }
 
 // ReceiveIntoMem receives the payload into mapped memory at off.
@@ -120,16 +121,20 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	if m.consumed {
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
+	if !mem.res.Enter() { // held for the transfer, as Close may come meanwhile
+		return Request{}, closedError(op)
+	}
+	defer mem.res.Exit()
 	m.consumed = true
-	return m.receive(op, unsafe.Add(mem.addr, off), mem.h, nil), nil
+	return m.receive(op, unsafe.Add(mem.addr, off), mem.h, nil, &mem.res), nil
 }
 
-func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner) Request {
+func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) Request {
 	w := m.w
 	w.mu.Lock()
 	r := w.c.AMRecvData(m.desc, p, uintptr(m.length), memh)
 	w.mu.Unlock()
-	req := newRequest(w, r, op, pin)
+	req := newRequest(w, r, op, pin, mem)
 	w.res.Release() // the message's reference; an in-flight request has its own
 	return req
 }

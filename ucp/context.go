@@ -55,7 +55,7 @@ func WithName(name string) ContextOption {
 
 // Context is a UCP context.
 type Context struct {
-	res      *handle.Resource
+	res      *handle.Resource[cgo.Context]
 	c        cgo.Context
 	features Feature
 	config   []string
@@ -80,7 +80,7 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 		return nil, e
 	}
 	ctx := &Context{c: c, features: o.features, config: o.config}
-	ctx.res = handle.New(nil, c.Cleanup)
+	ctx.res = handle.New(nil, func(c *cgo.Context) { c.Cleanup() }, c)
 	handle.Track(ctx, ctx.res)
 	return ctx, nil
 }

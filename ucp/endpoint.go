@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -45,17 +46,23 @@ const (
 
 // Endpoint is a connection to a peer worker.
 type Endpoint struct {
-	res *handle.Resource
+	res *handle.Resource[endpointState]
 	w   *Worker
 	c   cgo.Endpoint
 
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
+}
 
-	closeMode CloseMode
-	closeCtx  context.Context
-	closeErr  error
+// endpointState is what closing the UCX endpoint needs; Close sets the mode
+// and ctx, and reads the error, around the release.
+type endpointState struct {
+	w    *Worker
+	c    cgo.Endpoint
+	mode CloseMode
+	ctx  context.Context
+	err  error
 }
 
 func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
@@ -74,9 +81,9 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 		return nil, e
 	}
 	ep := &Endpoint{w: w, c: c, failed: make(chan struct{})}
-	w.eps[c.Handle()] = ep
+	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, ep.release)
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -159,43 +166,47 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // CloseForce drops them. It waits (bounded by ctx) for UCX to finish;
 // remote keys unpacked on the endpoint keep it open until they are closed.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
-	ep.closeMode, ep.closeCtx = mode, ctx
-	if !ep.res.Close() {
+	// The release runs here, or later when the last remote key or request
+	// lets go; it then has no ctx to wait on and hands the close to the worker.
+	closed := ep.res.CloseWith(func(s *endpointState) { s.mode, s.ctx = mode, ctx })
+	if !closed {
 		return nil
 	}
-	return ep.closeErr
+	err := ep.res.State.err
+	return err
 }
 
-// release closes the UCX endpoint; it runs when the last reference goes.
-func (ep *Endpoint) release() {
-	w := ep.w
+// releaseEndpoint closes the UCX endpoint; it runs when the last reference
+// goes.
+func releaseEndpoint(s *endpointState) {
+	w := s.w
 	w.mu.Lock()
-	delete(w.eps, ep.c.Handle())
-	force := ep.closeMode == CloseForce || ep.c.Error() != 0
-	r := ep.c.Close(force)
+	delete(w.eps, s.c.Handle())
+	force := s.mode == CloseForce || s.c.Error() != 0
+	r := s.c.Close(force)
 	w.mu.Unlock()
-	free := ep.c.Free
+	free := s.c.Free
 	if r.P == nil {
 		free()
 		if r.St != 0 && !force {
-			ep.closeErr = &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
+			s.err = &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
 		}
 		return
 	}
 	w.res.Ref()
-	if ep.closeCtx == nil { // released by a cleanup: do not block its goroutine
+	if s.ctx == nil { // released by a cleanup: do not block its goroutine
 		w.abandon(r, free)
 		return
 	}
 	req := Request{w: w, c: r, op: "ucp: close endpoint", after: free}
-	if err := req.Wait(ep.closeCtx); err != nil && !force {
-		ep.closeErr = err
+	if err := req.Wait(s.ctx); err != nil && !force {
+		s.err = err
 	}
 }
 
 // Listener accepts client-server connections on a socket address.
 type Listener struct {
-	res  *handle.Resource
+	res  *handle.Resource[listenerState]
 	w    *Worker
 	c    cgo.Listener
 	addr netip.AddrPort
@@ -215,17 +226,24 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 	w.mu.Lock()
 	c, bound, st := w.c.Listen(ap)
 	w.mu.Unlock()
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	l := &Listener{w: w, c: c, addr: bound}
-	l.res = handle.New(w.res, func() {
-		w.mu.Lock()
-		c.Destroy()
-		w.mu.Unlock()
-	})
+	l.res = handle.New(w.res, releaseListener, listenerState{w, c})
 	handle.Track(l, l.res)
 	return l, nil
+}
+
+type listenerState struct {
+	w *Worker
+	c cgo.Listener
+}
+
+func releaseListener(s *listenerState) {
+	s.w.mu.Lock()
+	s.c.Destroy()
+	s.w.mu.Unlock()
 }
 
 // Addr is the address the listener is bound to.
@@ -233,7 +251,7 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // ConnRequest is a pending connection; Accept or Reject it.
 type ConnRequest struct {
-	res  *handle.Resource
+	res  *handle.Resource[connState]
 	l    *Listener
 	c    cgo.Conn
 	from netip.AddrPort
@@ -252,21 +270,34 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 		l.w.mu.Unlock()
 		if ok {
 			cr := &ConnRequest{l: l, c: c, from: c.ClientAddr()}
-			cr.res = handle.New(l.res, func() {
-				l.w.mu.Lock()
-				l.c.Reject(c)
-				l.w.mu.Unlock()
-			})
+			cr.res = handle.New(l.res, releaseConn, connState{w: l.w, l: l.c, c: c})
 			handle.Track(cr, cr.res)
 			l.res.Exit()
 			return cr, nil
 		}
-		err := l.w.waitFor(ctx, func() bool { return l.c.Pending() })
+		err := l.w.waitFor(ctx, waitReady{listener: l.c, accept: true})
 		l.res.Exit()
 		if err != nil {
 			return nil, err
 		}
 	}
+}
+
+// connState is a pending request, rejected on release unless UCX took it.
+type connState struct {
+	w     *Worker
+	l     cgo.Listener
+	c     cgo.Conn
+	taken bool
+}
+
+func releaseConn(s *connState) {
+	if s.taken {
+		return
+	}
+	s.w.mu.Lock()
+	s.l.Reject(s.c)
+	s.w.mu.Unlock()
 }
 
 // Close stops listening.
@@ -301,6 +332,5 @@ func (cr *ConnRequest) Reject() error {
 
 // disarm closes the handle without rejecting: UCX took the request.
 func (cr *ConnRequest) disarm() {
-	cr.res.SetRelease(nil)
-	cr.res.Close()
+	cr.res.CloseWith(func(s *connState) { s.taken = true })
 }

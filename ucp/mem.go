@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -65,7 +66,7 @@ const (
 )
 
 // MapOption configures MemMap.
-type MapOption func(*mapOptions)
+type MapOption func(mapOptions) mapOptions
 
 type mapOptions struct {
 	prot    Prot
@@ -73,28 +74,50 @@ type mapOptions struct {
 }
 
 // WithProt sets the protection (default ProtAll).
-func WithProt(p Prot) MapOption { return func(o *mapOptions) { o.prot = p } }
+func WithProt(p Prot) MapOption {
+	return func(o mapOptions) mapOptions { o.prot = p; return o }
+}
 
 // WithMemoryType sets the memory type (default host).
-func WithMemoryType(t uct.MemoryType) MapOption { return func(o *mapOptions) { o.memType = t } }
+func WithMemoryType(t uct.MemoryType) MapOption {
+	return func(o mapOptions) mapOptions { o.memType = t; return o }
+}
 
 // Mem is a UCP memory mapping (ucp_mem_h).
 type Mem struct {
-	res  *handle.Resource
+	res  handle.Resource[memState] // embedded: a mapping is one allocation
 	ctx  *Context
 	h    cgo.MemHandle
 	kind MemKind
 	addr unsafe.Pointer
 	n    uintptr
 	desc *Descriptor
+
+	// Sizes of the last packs, so that the next one allocates exactly once.
+	rkeyLen, exportLen atomic.Int32
 }
+
+// memState is what unmapping needs: the mapping and the pin on registered
+// Go memory.
+type memState struct {
+	c   cgo.Context
+	h   cgo.MemHandle
+	pin runtime.Pinner
+}
+
+func releaseMem(s *memState) {
+	s.c.MemUnmap(s.h)
+	s.pin.Unpin()
+}
+
+func (m *Mem) collect() { m.res.Collect() }
 
 // MemMap maps memory for RMA: allocated, registered or imported.
 func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 	op := mapOps[src.kind]
 	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
 	for _, opt := range opts {
-		opt(&o)
+		o = opt(o) // by value: a pointer would escape, one allocation per map
 	}
 	if src.n < 0 {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "negative length")
@@ -118,33 +141,27 @@ func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 	}
 	defer c.res.Exit()
 
-	var pin *runtime.Pinner
+	// The Mem is allocated first so that the pin lives in it: a mapping is
+	// one allocation.
+	m := &Mem{ctx: c, kind: src.kind, desc: desc}
 	addr := src.p
 	if src.b != nil {
-		pin = new(runtime.Pinner)
 		addr = unsafe.Pointer(unsafe.SliceData(src.b))
-		pin.Pin(addr)
+		m.res.State.pin.Pin(addr)
 	}
 	h, base, n, st := c.c.MemMap(addr, uintptr(src.n), src.kind == Allocated, uint(o.prot), int(o.memType), src.desc)
 	if st != 0 {
-		if pin != nil {
-			pin.Unpin()
-		}
+		m.res.State.pin.Unpin()
 		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
 		if src.kind == Imported && ucs.Status(st) == ucs.ErrUnreachable {
 			e.Reason = "no local memory domain matches the descriptor's (no matching MD)"
 		}
 		return nil, e
 	}
-	m := &Mem{ctx: c, h: h, kind: src.kind, addr: base, n: n, desc: desc}
-	cc := c.c
-	m.res = handle.New(c.res, func() {
-		cc.MemUnmap(h)
-		if pin != nil {
-			pin.Unpin()
-		}
-	})
-	handle.Track(m, m.res)
+	m.h, m.addr, m.n = h, base, n
+	m.res.State.c, m.res.State.h = c.c, h
+	m.res.Init(c.res, releaseMem)
+	handle.Finalize(m, (*Mem).collect)
 	return m, nil
 }
 
@@ -183,21 +200,28 @@ func (m *Mem) Bytes() ([]byte, error) {
 // buffer is released at once. Where no memory domain of the mapping can
 // export it is ucs.ErrUnsupported. (Without the EXPORT flag ucp_memh_pack
 // aborts the process; this binding never issues that call.)
-func (m *Mem) Export() ([]byte, error) {
+func (m *Mem) Export() ([]byte, error) { return m.AppendExport(nil) }
+
+// AppendExport is Export appending the descriptor to dst, which allocates
+// nothing when dst has room.
+func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	const op = "ucp: export memory handle"
 	if !m.res.Enter() {
-		return nil, closedError(op)
+		return dst, closedError(op)
 	}
 	defer m.res.Exit()
 	if m.kind == Imported {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
+		return dst, ucs.Errorf(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
 	}
-	b, st := m.ctx.c.ExportMemh(m.h)
+	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.h)
+	if st == 0 {
+		m.exportLen.Store(int32(n))
+	}
 	if ucs.Status(st) == ucs.ErrUnsupported {
-		return nil, errExportUnsupported
+		return dst, errExportUnsupported
 	}
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
-		return nil, err
+		return dst, err
 	}
 	return b, nil
 }
@@ -208,22 +232,32 @@ var errExportUnsupported = ucs.Errorf("ucp: export memory handle", ucs.ErrUnsupp
 
 // PackRkey packs the mapping's remote key (ucp_rkey_pack) for a peer's
 // Endpoint.UnpackRkey.
-func (m *Mem) PackRkey() ([]byte, error) {
+func (m *Mem) PackRkey() ([]byte, error) { return m.AppendRkey(nil) }
+
+// AppendRkey is PackRkey appending the key to dst, which allocates nothing
+// when dst has room.
+func (m *Mem) AppendRkey(dst []byte) ([]byte, error) {
 	const op = "ucp: pack rkey"
 	if !m.res.Enter() {
-		return nil, closedError(op)
+		return dst, closedError(op)
 	}
 	defer m.res.Exit()
-	b, st := m.ctx.c.PackRkey(m.h)
+	b, n, st := m.ctx.c.AppendRkey(dst, int(m.rkeyLen.Load()), m.h)
+	if st == 0 {
+		m.rkeyLen.Store(int32(n))
+	}
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
-		return nil, err
+		return dst, err
 	}
 	return b, nil
 }
 
-// Close unmaps the memory; slices from Bytes must not be used after it.
+// Close unmaps the memory once no operation in flight uses it; slices from
+// Bytes must not be used after it.
 func (m *Mem) Close() error {
-	m.res.Close()
+	if m.res.Close() {
+		handle.Unfinalize(m)
+	}
 	return nil
 }
 
@@ -237,9 +271,22 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 
 // RemoteKey is a peer's unpacked remote key, valid on one endpoint.
 type RemoteKey struct {
-	res *handle.Resource
+	res handle.Resource[rkeyState] // embedded: a key is one allocation
 	c   cgo.Rkey
 }
+
+type rkeyState struct {
+	w *Worker
+	c cgo.Rkey
+}
+
+func releaseRkey(s *rkeyState) {
+	s.w.mu.Lock()
+	s.c.Destroy()
+	s.w.mu.Unlock()
+}
+
+func (rk *RemoteKey) collect() { rk.res.Collect() }
 
 // UnpackRkey unpacks a key packed by the peer's Mem.PackRkey.
 func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
@@ -257,19 +304,17 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := ep.w
 	rk := &RemoteKey{c: c}
-	rk.res = handle.New(ep.res, func() {
-		w.mu.Lock()
-		c.Destroy()
-		w.mu.Unlock()
-	})
-	handle.Track(rk, rk.res)
+	rk.res.State = rkeyState{ep.w, c}
+	rk.res.Init(ep.res, releaseRkey)
+	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
 }
 
-// Close destroys the remote key.
+// Close destroys the remote key once no operation in flight uses it.
 func (rk *RemoteKey) Close() error {
-	rk.res.Close()
+	if rk.res.Close() {
+		handle.Unfinalize(rk)
+	}
 	return nil
 }

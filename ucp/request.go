@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -17,6 +18,9 @@ type Request struct {
 	c   cgo.Request
 	op  string
 	pin *runtime.Pinner // Go memory pinned for the operation, if any
+	// uses are the mapping and remote key an in-flight operation uses: it
+	// holds a reference on each, so that closing them waits for it.
+	uses [2]handle.Parent
 	// after runs once UCX is done with the request (after Wait, Test, or
 	// when the worker reaps it once abandoned).
 	after func()
@@ -25,15 +29,22 @@ type Request struct {
 	n     uint64
 }
 
-// newRequest wraps a started operation. An in-flight request takes a worker
-// reference (the caller is inside the worker's Enter).
-func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner) Request {
+// newRequest wraps a started operation. An in-flight request takes a
+// reference on the worker and on what it uses (the caller is inside their
+// Enter).
+func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses ...handle.Parent) Request {
 	req := Request{w: w, c: r, op: op, pin: pin}
 	if r.P == nil {
 		req.finish(ucs.Status(r.St), 0)
 		return req
 	}
 	w.res.Ref()
+	for i, u := range uses {
+		if u != nil {
+			u.Ref()
+			req.uses[i] = u
+		}
+	}
 	return req
 }
 
@@ -42,13 +53,24 @@ func (r *Request) finish(st ucs.Status, n uint64) {
 	if st != ucs.OK {
 		r.err = &ucs.Error{Op: r.op, Err: st}
 	}
-	if r.pin != nil {
-		r.pin.Unpin()
-		r.pin = nil
-	}
+	r.releaseHolds()
 	if r.after != nil {
 		r.after()
 		r.after = nil
+	}
+}
+
+// releaseHolds unpins and drops the references of a finished operation.
+func (r *Request) releaseHolds() {
+	if r.pin != nil {
+		unpin(r.pin)
+		r.pin = nil
+	}
+	for i, u := range r.uses {
+		if u != nil {
+			u.Release()
+			r.uses[i] = nil
+		}
 	}
 }
 
@@ -94,7 +116,7 @@ func (r *Request) Wait(ctx context.Context) error {
 		return &ucs.Error{Op: r.op, Err: ucs.ErrInvalidParam, Reason: "request was never started"}
 	}
 	for !r.c.Done() {
-		if err := r.w.waitFor(ctx, r.c.Done); err != nil {
+		if err := r.w.waitFor(ctx, waitReady{req: r.c}); err != nil {
 			if r.c.Done() {
 				break
 			}
@@ -119,16 +141,14 @@ func (r *Request) Cancel() {
 }
 
 func (r *Request) abandon() {
-	pin, after := r.pin, r.after
+	held := *r // the worker releases what it holds once UCX is done
 	r.w.abandon(r.c, func() {
-		if pin != nil {
-			pin.Unpin()
-		}
-		if after != nil {
-			after()
+		held.releaseHolds()
+		if held.after != nil {
+			held.after()
 		}
 	})
-	r.c.P, r.pin, r.after = nil, nil, nil
+	r.c.P, r.pin, r.after, r.uses = nil, nil, nil, [2]handle.Parent{}
 	r.done = true
 	r.err = &ucs.Error{Op: r.op, Err: ucs.ErrCanceled, Reason: "abandoned before completion"}
 }

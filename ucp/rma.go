@@ -2,9 +2,11 @@ package ucp
 
 import (
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -44,8 +46,12 @@ func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64
 	if err != nil {
 		return Request{}, err
 	}
-	return ep.rma(op, put, p, n, m.h, raddr, rkey, nil)
+	return ep.rma(op, put, p, n, m.h, raddr, rkey, nil, &m.res)
 }
+
+// pinners recycles the Pinners of the []byte forms, so that they allocate
+// nothing per operation.
+var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
 
 // pinBytes pins b for an operation that outlives the cgo call.
 func pinBytes(b []byte) (unsafe.Pointer, *runtime.Pinner) {
@@ -53,21 +59,26 @@ func pinBytes(b []byte) (unsafe.Pointer, *runtime.Pinner) {
 		return nil, nil
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b))
-	pin := new(runtime.Pinner)
+	pin := pinners.Get().(*runtime.Pinner)
 	pin.Pin(p)
 	return p, pin
 }
 
+func unpin(pin *runtime.Pinner) {
+	pin.Unpin()
+	pinners.Put(pin)
+}
+
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
 	p, pin := pinBytes(b)
-	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin)
+	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
 	if err != nil && pin != nil {
-		pin.Unpin()
+		unpin(pin)
 	}
 	return req, err
 }
 
-func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner) (Request, error) {
+func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	if rkey == nil {
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "nil remote key")
 	}
@@ -87,16 +98,16 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.c)
 	}
 	ep.w.mu.Unlock()
-	return newRequest(ep.w, r, op, pin), nil
+	return newRequest(ep.w, r, op, pin, mem, &rkey.res), nil
 }
 
 // SendAM sends an active message with header and data to handler id on
 // the peer. The header is copied by UCX; data is pinned until completion.
 func (ep *Endpoint) SendAM(id uint, header, data []byte, flags AMSendFlags) (Request, error) {
 	p, pin := pinBytes(data)
-	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin)
+	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin, nil)
 	if err != nil && pin != nil {
-		pin.Unpin()
+		unpin(pin)
 	}
 	return req, err
 }
@@ -112,10 +123,10 @@ func (ep *Endpoint) SendAMMem(id uint, header []byte, m *Mem, off, n int, flags 
 	if err != nil {
 		return Request{}, err
 	}
-	return ep.sendAM(id, header, p, n, m.h, flags, nil)
+	return ep.sendAM(id, header, p, n, m.h, flags, nil, &m.res)
 }
 
-func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner) (Request, error) {
+func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	const op = "ucp: send active message"
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
@@ -124,5 +135,5 @@ func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh
 	ep.w.mu.Lock()
 	r := ep.c.AMSend(id, header, p, uintptr(n), memh, uint(flags))
 	ep.w.mu.Unlock()
-	return newRequest(ep.w, r, op, pin), nil
+	return newRequest(ep.w, r, op, pin, mem), nil
 }

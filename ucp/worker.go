@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -49,14 +50,14 @@ const (
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
 type Worker struct {
-	res *handle.Resource
+	res *handle.Resource[workerState]
 	ctx *Context
 	c   cgo.Worker
 
-	mu        sync.Mutex // serializes every UCX call on the worker
-	seen      uint64     // shim events handled so far
-	completed uint64     // request completions seen so far
-	eps       map[unsafe.Pointer]*Endpoint
+	mu        sync.Mutex                                // serializes every UCX call on the worker
+	seen      uint64                                    // shim events handled so far
+	completed uint64                                    // request completions seen so far
+	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[uint]*amHandler
 	abandoned []abandonedRequest
 
@@ -66,12 +67,32 @@ type Worker struct {
 
 	// One goroutine at a time sleeps on the event fd (the poller); other
 	// waiters sleep on wake, which the poller closes when it wakes.
-	pollMu  sync.Mutex
-	polling bool
-	wake    chan struct{}
+	pollMu    sync.Mutex
+	polling   bool
+	wake      chan struct{}
+	wakeTaken bool // a waiter other than the poller waits on wake
+
+	// The poller's sleep (see initSleep).
+	guard      *time.Timer
+	guardFired atomic.Bool
+	signals    sync.WaitGroup // guard and ctx signals started, not yet done
+	ctxSignal  func()
+	pollDone   func(uintptr) bool
+	pollFirst  bool
 
 	tickWakeups atomic.Uint64 // sleeps that ended by pollTick, not the fd
 	idle        atomic.Bool   // the last sleep ended by pollTick
+}
+
+// workerState is what releasing a worker frees.
+type workerState struct {
+	c   cgo.Worker
+	efd *os.File
+}
+
+func releaseWorker(s *workerState) {
+	s.efd.Close()
+	s.c.Destroy()
 }
 
 type abandonedRequest struct {
@@ -94,16 +115,13 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]*Endpoint{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
+	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
 	if err := w.openEventFD(); err != nil {
 		cw.Destroy()
 		return nil, err
 	}
-	efd := w.efd
-	w.res = handle.New(c.res, func() {
-		efd.Close()
-		cw.Destroy()
-	})
+	w.initSleep()
+	w.res = handle.New(c.res, releaseWorker, workerState{cw, w.efd})
 	handle.Track(w, w.res)
 	return w, nil
 }
@@ -213,11 +231,13 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 			// Resolve the reply endpoint now, before a failure handled in
 			// this same round can close it.
 			if msgs[i].ReplyEP != nil {
-				msgs[i].Reply = w.eps[msgs[i].ReplyEP]
+				msgs[i].Reply = w.eps[msgs[i].ReplyEP].Value()
 			}
 		}
-		for _, ep := range w.eps {
-			ep.checkFailed()
+		for _, wp := range w.eps {
+			if ep := wp.Value(); ep != nil {
+				ep.checkFailed()
+			}
 		}
 	}
 	if len(w.abandoned) > 0 {
@@ -268,7 +288,7 @@ func (w *Worker) Wait(ctx context.Context) error {
 		return closedError("ucp: wait on worker")
 	}
 	defer w.res.Exit()
-	return w.waitFor(ctx, nil)
+	return w.waitFor(ctx, waitReady{})
 }
 
 // Run progresses the worker until ctx is done, sleeping when idle. A side
@@ -278,7 +298,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return closedError("ucp: run worker")
 	}
 	for {
-		err := w.waitFor(ctx, nil)
+		err := w.waitFor(ctx, waitReady{})
 		w.res.Exit()
 		// Between rounds Close may take the worker: Run then ends.
 		if err == nil && !w.res.Enter() {
@@ -294,21 +314,35 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// waitFor progresses, and if nothing happened and ready (when set) is not
-// true, arms the event fd and sleeps until it fires or ctx is done.
-func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
+// waitReady says when a wait may end without progress: a request has
+// completed, or a listener has a connection request.
+type waitReady struct {
+	req      cgo.Request // P set: ready once it is done
+	listener cgo.Listener
+	accept   bool // ready once listener has a pending request
+}
+
+func (r waitReady) ready() bool {
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending())
+}
+
+// waitFor progresses, and if nothing happened and ready is not true, arms
+// the event fd and sleeps until it fires or ctx is done. It allocates
+// nothing for a ctx without a Done channel: the guard timer, its callbacks
+// and the netpoller callback are the worker's, made once.
+func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 	// Spin first: a short operation finishes without a system call, and the
 	// netpoller's wake-up costs tens of microseconds. After a sleep that saw
 	// no event the worker is idle: one round, no spin.
 	if w.idle.Load() {
-		if w.progress() > 0 || (ready != nil && ready()) {
+		if w.progress() > 0 || ready.ready() {
 			w.idle.Store(false)
 			return nil
 		}
 	} else {
 		start := time.Now()
 		for i := 0; i < spinRounds || time.Since(start) < spinTime; i++ {
-			if w.progress() > 0 || (ready != nil && ready()) {
+			if w.progress() > 0 || ready.ready() {
 				return nil
 			}
 		}
@@ -324,6 +358,7 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	w.pollMu.Lock()
 	if w.polling {
 		wake := w.wake
+		w.wakeTaken = true
 		w.pollMu.Unlock()
 		select {
 		case <-wake:
@@ -337,8 +372,11 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	defer func() {
 		w.pollMu.Lock()
 		w.polling = false
-		close(w.wake)
-		w.wake = make(chan struct{})
+		if w.wakeTaken { // a new channel only when someone waits on this one
+			close(w.wake)
+			w.wake = make(chan struct{})
+			w.wakeTaken = false
+		}
 		w.pollMu.Unlock()
 	}()
 
@@ -351,48 +389,41 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 	if err := ucs.StatusError(st, "ucp: arm worker"); err != nil {
 		return err
 	}
+	// A completion another goroutine's progress records from now on signals
+	// the fd (waiters > 0), so one more look before sleeping loses nothing.
+	if ready.ready() {
+		return nil
+	}
 
-	// Sleep in Go's netpoller on the event fd. The sleep is bounded: a guard
-	// timer signals the worker after pollTick (a lost wake-up then costs one
-	// progress call), and a done ctx signals it at once.
+	// Sleep in Go's netpoller on the event fd. The sleep is bounded: the
+	// guard timer signals the worker after pollTick (a lost wake-up then
+	// costs one progress call), and a done ctx signals it at once.
 	// The signals take no lock (a Close waiting for this sleep to end must
 	// not block them): every caller of waitFor holds a reference on the
 	// worker, and a signal that has started is waited for before returning.
-	var fired atomic.Bool
-	var signals sync.WaitGroup
-	signal := func() {
-		defer signals.Done()
-		w.c.Signal()
-	}
-	signals.Add(1)
-	guard := time.AfterFunc(pollTick, func() { fired.Store(true); signal() })
+	w.guardFired.Store(false)
+	w.signals.Add(1)
+	w.guard.Reset(pollTick)
 	defer func() {
-		if guard.Stop() {
-			signals.Done() // never ran
+		if w.guard.Stop() {
+			w.signals.Done() // never ran
 		}
-		signals.Wait()
+		w.signals.Wait()
 	}()
 	if ctx.Done() != nil {
-		signals.Add(1)
-		stop := context.AfterFunc(ctx, signal)
+		w.signals.Add(1)
+		stop := context.AfterFunc(ctx, w.ctxSignal)
 		defer func() {
 			if stop() {
-				signals.Done()
+				w.signals.Done()
 			}
 		}()
 	}
-	first := true
-	err := w.rc.Read(func(uintptr) bool {
-		if first {
-			first = false
-			return ready != nil && ready()
-		}
-		return true
-	})
-	if err != nil {
+	w.pollFirst = true
+	if err := w.rc.Read(w.pollDone); err != nil {
 		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
 	}
-	if fired.Load() {
+	if w.guardFired.Load() {
 		w.tickWakeups.Add(1)
 		w.idle.Store(true)
 	} else {
@@ -402,6 +433,30 @@ func (w *Worker) waitFor(ctx context.Context, ready func() bool) error {
 		return ctxError("ucp: wait on worker", err)
 	}
 	return nil
+}
+
+// initSleep makes the worker's guard timer and the callbacks of its sleeps,
+// once, so that a sleep allocates nothing. Only the poller uses them.
+func (w *Worker) initSleep() {
+	w.guard = time.AfterFunc(time.Hour, func() {
+		w.guardFired.Store(true)
+		w.c.Signal()
+		w.signals.Done()
+	})
+	w.guard.Stop()
+	w.ctxSignal = func() {
+		w.c.Signal()
+		w.signals.Done()
+	}
+	// The netpoller calls it before sleeping (false: sleep) and after the
+	// fd became readable (true: done).
+	w.pollDone = func(uintptr) bool {
+		if w.pollFirst {
+			w.pollFirst = false
+			return false
+		}
+		return true
+	}
 }
 
 // ctxError maps a context error to ErrTimedOut or ErrCanceled, keeping it.

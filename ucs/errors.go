@@ -61,6 +61,15 @@ func StatusError(st Status, op string, args ...any) error {
 	return &Error{Op: fmt.Sprintf(op, args...), Err: st}
 }
 
+// StatusOp is StatusError for an op that needs no formatting: it
+// allocates nothing on success.
+func StatusOp(st Status, op string) error {
+	if st == OK {
+		return nil
+	}
+	return &Error{Op: op, Err: st}
+}
+
 // Errorf returns an *Error with cause err and a formatted reason.
 func Errorf(op string, err error, reason string, args ...any) *Error {
 	return &Error{Op: op, Err: err, Reason: fmt.Sprintf(reason, args...)}

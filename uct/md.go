@@ -92,14 +92,14 @@ func (c Component) OpenMD(mdName string, opts ...MDOption) (*MD, error) {
 		return nil, ucs.StatusError(ucs.Status(st), "%s: query attributes", op)
 	}
 	m := &MD{name: mdName, component: c, md: md, attr: newAttr(attr), op: newOpNames(mdName)}
-	m.res = handle.New(nil, md.Close)
+	m.res = handle.New(nil, func(md *cgo.MD) { md.Close() }, md)
 	handle.Track(m, m.res)
 	return m, nil
 }
 
 // MD is an open memory domain.
 type MD struct {
-	res       *handle.Resource
+	res       *handle.Resource[cgo.MD]
 	name      string
 	component Component
 	md        cgo.MD

@@ -33,13 +33,42 @@ func (k MemKind) String() string {
 
 // Mem is a UCT memory handle: registered, allocated or attached memory.
 type Mem struct {
-	res   *handle.Resource
-	md    *MD
-	kind  MemKind
+	res  handle.Resource[memState] // embedded: a Mem is one allocation
+	md   *MD
+	kind MemKind
+	memh cgo.Memh
+	addr unsafe.Pointer
+	size uintptr
+}
+
+// memState is what releasing a Mem frees: a registration or attachment
+// (and the pin on registered Go memory), or an allocation.
+type memState struct {
+	md    cgo.MD
 	memh  cgo.Memh
-	addr  unsafe.Pointer
-	size  uintptr
+	pin   runtime.Pinner
 	alloc *cgo.Allocation
+}
+
+func releaseMem(s *memState) {
+	if s.alloc != nil {
+		s.alloc.Free()
+		return
+	}
+	s.md.Deregister(s.memh)
+	s.pin.Unpin()
+}
+
+func (mem *Mem) collect() { mem.res.Collect() }
+
+// newMem makes the handle of a C object made on m; the caller has set
+// State (and pinned through it) before.
+func (m *MD) newMem(mem *Mem) *Mem {
+	mem.md = m
+	mem.res.State.md = m.md
+	mem.res.Init(m.res, releaseMem)
+	handle.Finalize(mem, (*Mem).collect)
+	return mem
 }
 
 // Register registers b on the MD. b is pinned until the Mem is closed;
@@ -48,13 +77,13 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 	if len(b) == 0 {
 		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "empty buffer")
 	}
-	pinner := new(runtime.Pinner)
-	pinner.Pin(unsafe.SliceData(b))
-	mem, err := m.register(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)), flags, pinner.Unpin)
-	if err != nil {
-		pinner.Unpin()
+	mem := new(Mem) // the pin lives in the handle
+	mem.res.State.pin.Pin(unsafe.SliceData(b))
+	if err := m.register(mem, unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)), flags); err != nil {
+		mem.res.State.pin.Unpin()
+		return nil, err
 	}
-	return mem, err
+	return mem, nil
 }
 
 // RegisterPointer registers n bytes at p, memory that is not managed by the
@@ -63,35 +92,33 @@ func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem,
 	if p == nil || n == 0 {
 		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "nil pointer or zero length")
 	}
-	return m.register(p, n, flags, nil)
+	mem := new(Mem)
+	if err := m.register(mem, p, n, flags); err != nil {
+		return nil, err
+	}
+	return mem, nil
 }
 
-func (m *MD) register(p unsafe.Pointer, n uintptr, flags MemFlags, unpin func()) (*Mem, error) {
+func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) error {
 	op := m.op.register
 	if err := m.enter(op); err != nil {
-		return nil, err
+		return err
 	}
 	defer m.res.Exit()
 	if !m.attr.Flags.Has(FlagReg) {
-		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
+		return ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
 	}
 	if m.attr.MaxReg != 0 && uint64(n) > m.attr.MaxReg {
-		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md registers at most %d", n, m.attr.MaxReg)
+		return ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md registers at most %d", n, m.attr.MaxReg)
 	}
 	memh, st := m.md.Register(p, n, uint64(flags))
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
-		return nil, err
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+		return err
 	}
-	md := m.md
-	mem := &Mem{md: m, kind: Registered, memh: memh, addr: p, size: n}
-	mem.res = handle.New(m.res, func() {
-		md.Deregister(memh)
-		if unpin != nil {
-			unpin()
-		}
-	})
-	handle.Track(mem, mem.res)
-	return mem, nil
+	mem.kind, mem.memh, mem.addr, mem.size = Registered, memh, p, n
+	mem.res.State.memh = memh
+	m.newMem(mem)
+	return nil
 }
 
 // Alloc allocates at least n bytes of host memory with the MD (posix and
@@ -112,13 +139,12 @@ func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md allocates at most %d", n, m.attr.MaxAlloc)
 	}
 	a, st := m.md.Alloc(uintptr(n), uint64(flags))
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	mem := &Mem{md: m, kind: Allocated, memh: a.Memh(), addr: a.Address(), size: a.Length(), alloc: a}
-	mem.res = handle.New(m.res, func() { a.Free() })
-	handle.Track(mem, mem.res)
-	return mem, nil
+	mem := &Mem{kind: Allocated, memh: a.Memh(), addr: a.Address(), size: a.Length()}
+	mem.res.State.alloc = a
+	return m.newMem(mem), nil
 }
 
 // AttachOptions tune MD.Attach.
@@ -145,14 +171,12 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "descriptor is %d bytes, md exports %d-byte keys", len(desc), m.attr.ExportedMkeyPackedSize)
 	}
 	memh, st := m.md.Attach(desc, opts.HideErrors)
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	md := m.md
-	mem := &Mem{md: m, kind: Attached, memh: memh}
-	mem.res = handle.New(m.res, func() { md.Deregister(memh) })
-	handle.Track(mem, mem.res)
-	return mem, nil
+	mem := &Mem{kind: Attached, memh: memh}
+	mem.res.State.memh = memh
+	return m.newMem(mem), nil
 }
 
 // MD is the memory domain the Mem belongs to.
@@ -228,7 +252,7 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 	}
 	out := make([]byte, size)
 	overrun, st := mem.md.md.PackMkey(mem.memh, mem.addr, mem.size, export, out)
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	if overrun {
@@ -240,15 +264,26 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 // Close releases the registration, allocation or attachment. Slices from
 // Bytes must not be used after it.
 func (mem *Mem) Close() error {
-	mem.res.Close()
+	if mem.res.Close() {
+		handle.Unfinalize(mem)
+	}
 	return nil
 }
 
 // RemoteKey is an unpacked remote key (uct_rkey_unpack).
 type RemoteKey struct {
-	res    *handle.Resource
+	res    handle.Resource[rkeyState] // embedded: a key is one allocation
 	bundle *cgo.RkeyBundle
 }
+
+type rkeyState struct {
+	comp   cgo.Component
+	bundle *cgo.RkeyBundle
+}
+
+func releaseRkey(s *rkeyState) { s.comp.ReleaseRkey(s.bundle) }
+
+func (rk *RemoteKey) collect() { rk.res.Collect() }
 
 // UnpackRkey unpacks a key packed by Mem.PackRkey on an MD of the same
 // component. Its length must be the MD's rkey packed size; it is checked
@@ -264,12 +299,13 @@ func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	}
 	comp := m.component.c
 	b, st := comp.UnpackRkey(packed)
-	if err := ucs.StatusError(ucs.Status(st), "%s", op); err != nil {
+	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	rk := &RemoteKey{bundle: b}
-	rk.res = handle.New(m.res, func() { comp.ReleaseRkey(b) })
-	handle.Track(rk, rk.res)
+	rk.res.State = rkeyState{comp, b}
+	rk.res.Init(m.res, releaseRkey)
+	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
 }
 
@@ -284,6 +320,8 @@ func (rk *RemoteKey) Value() (uint64, error) {
 
 // Close releases the remote key.
 func (rk *RemoteKey) Close() error {
-	rk.res.Close()
+	if rk.res.Close() {
+		handle.Unfinalize(rk)
+	}
 	return nil
 }

@@ -16,6 +16,16 @@
 
 #define UCXGO_MAX_MDS_PER_COMPONENT 32
 
+/* What a hot-path shim returns, by value: an out-parameter would make the
+ * Go caller's variable escape to the heap, one allocation per call. */
+typedef struct ucxgo_result {
+    ucs_status_t status;
+    int          flag;     /* e.g. a pack that overran into the guard area */
+    void        *handle;   /* a memh or rkey */
+    void        *address;
+    size_t       length;
+} ucxgo_result_t;
+
 typedef struct ucxgo_component_info {
     char     name[UCT_COMPONENT_NAME_MAX + 1];
     uint64_t flags;
@@ -82,8 +92,9 @@ size_t ucxgo_md_attr_v2_size(void);
 unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields);
 
 /* UCT memory */
-ucs_status_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
-                           uint64_t flags, uct_mem_h *memh_p);
+/* handle: the memh */
+ucxgo_result_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
+                             uint64_t flags);
 ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh);
 ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
                              uct_allocated_memory_t *mem);
@@ -91,10 +102,10 @@ ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem);
 
 /* Pack an rkey (flags 0) or an exported mkey (export != 0) of exactly
  * out_size bytes. UCX writes into a guarded scratch buffer first; a write
- * past out_size is reported through *overrun instead of corrupting memory. */
-ucs_status_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
-                             size_t length, int export_key, void *out,
-                             size_t out_size, int *overrun);
+ * past out_size is reported in flag instead of corrupting memory. */
+ucxgo_result_t ucxgo_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
+                               size_t length, int export_key, void *out,
+                               size_t out_size);
 /* The same through the installed v1 uct_md_mkey_pack, for the ABI self-test. */
 ucs_status_t ucxgo_mkey_pack_v1(uct_md_h md, uct_mem_h memh, void *out,
                                 size_t out_size, int *overrun);

@@ -115,19 +115,19 @@ void ucxgo_ep_free(ucxgo_ep_t *ep);
 ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *ep);
 
 /* memory */
-ucs_status_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
-                           int allocate, unsigned prot, int mem_type,
-                           const void *exported, ucp_mem_h *memh_p,
-                           void **addr_out, size_t *len_out);
+/* handle: the memh; address and length: the mapped range */
+ucxgo_result_t ucxgo_mem_map(ucp_context_h ctx, void *address, size_t length,
+                             int allocate, unsigned prot, int mem_type,
+                             const void *exported);
 ucs_status_t ucxgo_mem_unmap(ucp_context_h ctx, ucp_mem_h memh);
 /* ucp_memh_pack, always with UCP_MEMH_PACK_FLAG_EXPORT (without it UCX
- * aborts the process), copied into out when it fits; *len is the size. */
-ucs_status_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
-                               size_t cap, size_t *len);
-ucs_status_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
-                             size_t cap, size_t *len);
-ucs_status_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *ep, const void *buf, size_t len,
-                                  ucp_rkey_h *rkey_p);
+ * aborts the process), copied into out when it fits; length is the size. */
+ucxgo_result_t ucxgo_memh_export(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                                 size_t cap);
+ucxgo_result_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
+                               size_t cap);
+/* handle: the rkey */
+ucxgo_result_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *ep, const void *buf, size_t len);
 void ucxgo_rkey_destroy(ucp_rkey_h rkey);
 
 /* data path: NULL (done), an error pointer, or a request (ucxgo_req_t) */

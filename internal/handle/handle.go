@@ -1,12 +1,25 @@
 // Package handle is ucx-go's one ownership model, used by every handle type.
 //
-// A Resource owns one C object. Close marks it closed at once (later
-// operations get ErrClosed) and drops the owner's reference; the C object is
-// released when the last reference is gone. A child (a registration of an
-// MD, an endpoint of a worker, ...) holds a reference on its parent, so a
-// parent's C object outlives every child whatever order Close is called in.
-// Operations hold a read lock for the duration of their C call, so Close
-// waits for calls in flight and never frees memory under them.
+// A Resource owns one C object, described by its state S (the C handles the
+// release function frees). Close marks it closed at once (later operations
+// get ErrClosed) and drops the owner's reference; the C object is released
+// when the last reference is gone. A child (a registration of an MD, an
+// endpoint of a worker, a request in flight on a mapping, ...) holds a
+// reference on its parent, so a parent's C object outlives every child
+// whatever order Close is called in. Operations hold a read lock for the
+// duration of their C call, so Close waits for calls in flight and never
+// frees memory under them.
+//
+// A handle dropped without Close is released by the garbage collector, in
+// one of two ways, chosen per type:
+//   - Track (a runtime cleanup) for handles that users' callbacks may
+//     reference back (workers, endpoints, listeners): cleanups are safe in
+//     reference cycles. The Resource is then a separate allocation, since a
+//     cleanup's argument must not point into its owner.
+//   - Finalize (a finalizer) for the leaves created on hot paths (memory
+//     mappings, remote keys): the Resource is embedded in the handle, which
+//     makes the handle one allocation. These handles reference no user code
+//     and sit in no cycle, which finalizers require.
 package handle
 
 import (
@@ -21,45 +34,72 @@ var live, leaked atomic.Int64
 func Live() int64 { return live.Load() }
 
 // Leaked is the number of handles that were garbage collected without Close
-// (their C objects were released by a cleanup).
+// (their C objects were released by a cleanup or finalizer).
 func Leaked() int64 { return leaked.Load() }
 
-// Resource is the owned part of a handle. It must not reference the
-// user-visible handle, so that the handle can be collected.
-type Resource struct {
+// Parent is what a child holds of its parent: a reference count.
+type Parent interface {
+	Ref()
+	Release()
+}
+
+// Resource is the owned part of a handle, with the state S its release
+// function frees. S must not reference the user-visible handle.
+type Resource[S any] struct {
 	mu      sync.RWMutex
 	closed  bool
 	refs    atomic.Int32
-	parent  *Resource
-	release func()
+	parent  Parent
+	release func(*S)
+	State   S
 }
 
-// New returns a Resource that frees its C object with release. A non-nil
-// parent is kept alive until the new resource is released.
-func New(parent *Resource, release func()) *Resource {
-	r := &Resource{parent: parent, release: release}
-	r.refs.Store(1)
-	if parent != nil {
-		parent.refs.Add(1)
-	}
-	live.Add(1)
+// New returns a Resource that frees state with release (nil: nothing to
+// free). A non-nil parent is kept alive until the new resource is released.
+func New[S any](parent Parent, release func(*S), state S) *Resource[S] {
+	r := &Resource[S]{State: state}
+	r.Init(parent, release)
 	return r
 }
 
+// Init sets up a Resource embedded in its handle (see Finalize); the
+// caller fills State.
+func (r *Resource[S]) Init(parent Parent, release func(*S)) {
+	r.parent, r.release = parent, release
+	r.refs.Store(1)
+	if parent != nil {
+		parent.Ref()
+	}
+	live.Add(1)
+}
+
 // Track registers a cleanup that releases r when owner is garbage collected
-// without Close.
-func Track[T any](owner *T, r *Resource) {
-	runtime.AddCleanup(owner, func(r *Resource) {
-		if r.markClosed() {
-			leaked.Add(1)
-			r.unref()
-		}
-	}, r)
+// without Close. r must be a separate allocation from owner.
+func Track[T, S any](owner *T, r *Resource[S]) {
+	runtime.AddCleanup(owner, (*Resource[S]).Collect, r)
+}
+
+// Finalize registers collect (which calls Collect on the owner's embedded
+// Resource) to run when owner is garbage collected without Close; owner
+// must be in no reference cycle. Close undoes it with Unfinalize.
+func Finalize[T any](owner *T, collect func(*T)) { runtime.SetFinalizer(owner, collect) }
+
+// Unfinalize drops owner's finalizer once it is closed, so that the
+// collector frees it in one cycle.
+func Unfinalize[T any](owner *T) { runtime.SetFinalizer(owner, nil) }
+
+// Collect releases a resource whose handle was garbage collected, counting
+// it as leaked if it was still open.
+func (r *Resource[S]) Collect() {
+	if r.markClosed(nil) {
+		leaked.Add(1)
+		r.unref()
+	}
 }
 
 // Enter starts an operation: it returns false if r is closed. On true the
 // caller must call Exit when its C call returns.
-func (r *Resource) Enter() bool {
+func (r *Resource[S]) Enter() bool {
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
@@ -69,52 +109,51 @@ func (r *Resource) Enter() bool {
 }
 
 // Exit ends an operation started by Enter.
-func (r *Resource) Exit() { r.mu.RUnlock() }
+func (r *Resource[S]) Exit() { r.mu.RUnlock() }
 
-func (r *Resource) markClosed() bool {
+func (r *Resource[S]) markClosed(set func(*S)) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return false
 	}
 	r.closed = true
+	if set != nil {
+		set(&r.State)
+	}
 	return true
 }
 
 // Close marks r closed, waiting for operations in flight, and drops the
 // owner's reference. It reports whether this call was the one that closed r.
-func (r *Resource) Close() bool {
-	if !r.markClosed() {
+func (r *Resource[S]) Close() bool { return r.CloseWith(nil) }
+
+// CloseWith is Close that, when this call is the one that closes r, first
+// applies set to the state (how to release it, say) under r's lock.
+func (r *Resource[S]) CloseWith(set func(*S)) bool {
+	if !r.markClosed(set) {
 		return false
 	}
 	r.unref()
 	return true
 }
 
-// SetRelease replaces the release function (nil: nothing to free), for a
-// C object that UCX took over. Call it before Close.
-func (r *Resource) SetRelease(release func()) {
-	r.mu.Lock()
-	r.release = release
-	r.mu.Unlock()
-}
-
 // Ref takes an extra reference (for work in flight, such as a pending
 // request), for a caller between Enter and Exit or holding a reference.
-func (r *Resource) Ref() { r.refs.Add(1) }
+func (r *Resource[S]) Ref() { r.refs.Add(1) }
 
 // Release drops a reference taken by Ref.
-func (r *Resource) Release() { r.unref() }
+func (r *Resource[S]) Release() { r.unref() }
 
-func (r *Resource) unref() {
+func (r *Resource[S]) unref() {
 	if r.refs.Add(-1) != 0 {
 		return
 	}
 	if r.release != nil {
-		r.release()
+		r.release(&r.State)
 	}
 	live.Add(-1)
 	if r.parent != nil {
-		r.parent.unref()
+		r.parent.Release()
 	}
 }
