@@ -1,0 +1,5 @@
+//go:build !race
+
+package ucp_test
+
+const raceDetector = false

@@ -1,0 +1,119 @@
+package ucp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// soakEnv sets the number of soak cycles (make soak: 100000); the default
+// keeps the soak in every test run.
+const soakEnv = "UCXGO_SOAK_CYCLES"
+
+// rssBytes is the resident set size from /proc/self/statm.
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	require.NoError(t, err)
+	f := strings.Fields(string(b))
+	require.GreaterOrEqual(t, len(f), 2, "statm: %q", b)
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	require.NoError(t, err)
+	return pages * int64(os.Getpagesize())
+}
+
+// settledRSS collects garbage and returns freed heap to the system first,
+// so that what remains is memory something still holds.
+func settledRSS(t *testing.T) int64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	return rssBytes(t)
+}
+
+// Cycles of map / export attempt / rkey pack / unpack / put / unmap, with
+// UCX-allocated and registered Go memory in turn: resident memory must not
+// grow by 2 MiB after the warm-up, and every handle must be released.
+func TestSoak(t *testing.T) {
+	leakcheck.Goroutines(t)
+	cycles := 2000
+	if s := os.Getenv(soakEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "%s=%q", soakEnv, s)
+		cycles = n
+	}
+	warmup := max(500, cycles/10)
+	base := ucs.LiveHandles()
+	t.Cleanup(func() { // runs after the pair's cleanups closed it
+		assert.Equal(t, base, ucs.LiveHandles(), "live handles after the soak")
+	})
+
+	p := newPair(t, "posix,sysv,self", false)
+	const size = 4096
+	payload := make([]byte, 64)
+	cycle := func(i int) {
+		// Not waitCtx: its cleanup would be kept per cycle until the end.
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var mem *ucp.Mem
+		var err error
+		if i%2 == 0 {
+			mem, err = p.ctx.MemMap(ucp.Allocate(size))
+		} else {
+			mem, err = p.ctx.MemMap(ucp.Register(make([]byte, size)))
+		}
+		require.NoError(t, err, "cycle %d: map", i)
+		if _, err := mem.Export(); !errors.Is(err, ucs.ErrUnsupported) {
+			require.NoError(t, err, "cycle %d: export attempt", i)
+		}
+		packed, err := mem.PackRkey()
+		require.NoError(t, err, "cycle %d: pack rkey", i)
+		rkey, err := p.ep.UnpackRkey(packed)
+		require.NoError(t, err, "cycle %d: unpack rkey", i)
+		off := (i * 64) % (size - len(payload))
+		binary.LittleEndian.PutUint64(payload, uint64(i))
+		req, err := p.ep.Put(payload, mem.Address()+uint64(off), rkey)
+		require.NoError(t, err, "cycle %d: put", i)
+		require.NoError(t, req.Wait(wctx), "cycle %d: put", i)
+		require.NoError(t, p.ep.Flush(wctx), "cycle %d: flush", i)
+		b, err := mem.Bytes()
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(payload, b[off:off+len(payload)]), "cycle %d: put did not land", i)
+		require.NoError(t, rkey.Close())
+		require.NoError(t, mem.Close())
+	}
+
+	for i := range warmup {
+		cycle(i)
+	}
+	before := settledRSS(t)
+	for i := warmup; i < warmup+cycles; i++ {
+		cycle(i)
+		if n := i - warmup + 1; n%max(1, cycles/10) == 0 { // the trend, for make soak -v
+			t.Logf("soak: after %d cycles RSS %d KiB", n, settledRSS(t)>>10)
+		}
+	}
+	after := settledRSS(t)
+	growth := after - before
+	t.Logf("soak: %d cycles after %d warm-up cycles: RSS %d KiB -> %d KiB, growth %+d KiB; leaked handles %d",
+		cycles, warmup, before>>10, after>>10, growth>>10, ucs.LeakedHandles())
+	if raceDetector {
+		t.Log("soak: RSS not bounded under the race detector, whose shadow and sync memory grows by itself")
+	} else {
+		assert.Less(t, growth, int64(2<<20), "RSS grew by %d KiB over %d cycles", growth>>10, cycles)
+	}
+	assert.Equal(t, base+4, ucs.LiveHandles(), "only the pair's context, two workers and endpoint are live")
+}
