@@ -60,6 +60,7 @@ type Worker struct {
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[uint]*amHandler
 	abandoned []abandonedRequest
+	draining  bool // a drain goroutine progresses the closed worker
 
 	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
 	rc      syscall.RawConn
@@ -278,7 +279,39 @@ func (w *Worker) reapAbandoned() {
 func (w *Worker) abandon(r cgo.Request, after func()) {
 	w.mu.Lock()
 	w.abandoned = append(w.abandoned, abandonedRequest{r, after})
+	if w.res.Closed() && !w.draining {
+		w.res.Ref() // the request's reference keeps the worker: take the drain's own
+		w.draining = true
+		go w.drain()
+	}
 	w.mu.Unlock()
+}
+
+// drainTimeout bounds how long a closed worker is progressed for requests
+// abandoned to it.
+const drainTimeout = 30 * time.Second
+
+// drain progresses a closed worker until the requests abandoned to it are
+// done. After Close nobody else progresses it, yet UCX completes requests
+// (and endpoint closes) only in progress: without this a request whose
+// waiter gave up would keep the worker, its context and what the request
+// uses alive for good. A request that does not complete within
+// drainTimeout (its peer neither answers nor fails) stays with the worker,
+// which then stays too. The caller set draining and took a reference.
+func (w *Worker) drain() {
+	defer w.res.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		if len(w.abandoned) == 0 || ctx.Err() != nil {
+			w.draining = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		w.waitFor(ctx, waitReady{})
+	}
 }
 
 // Wait blocks until the worker has made progress or ctx is done; the
@@ -486,6 +519,23 @@ func (w *Worker) Flush(ctx context.Context) error {
 // Close closes the worker; its UCX object goes when its endpoints,
 // listeners and requests are done too.
 func (w *Worker) Close() error {
-	w.res.Close()
+	// Hold a reference across the close, so that the UCX worker is still
+	// there to drain if requests were abandoned to it.
+	if !w.res.Enter() {
+		return nil
+	}
+	w.res.Ref()
+	w.res.Exit()
+	if w.res.Close() {
+		w.mu.Lock()
+		if len(w.abandoned) > 0 && !w.draining {
+			w.draining = true
+			w.mu.Unlock()
+			go w.drain() // takes over the reference
+			return nil
+		}
+		w.mu.Unlock()
+	}
+	w.res.Release()
 	return nil
 }

@@ -46,12 +46,14 @@ type Parent interface {
 // Resource is the owned part of a handle, with the state S its release
 // function frees. S must not reference the user-visible handle.
 type Resource[S any] struct {
-	mu      sync.RWMutex
-	closed  bool
-	refs    atomic.Int32
-	parent  Parent
-	release func(*S)
-	State   S
+	mu     sync.RWMutex
+	closed bool
+	// closedFlag mirrors closed for Closed, which must not wait on mu.
+	closedFlag atomic.Bool
+	refs       atomic.Int32
+	parent     Parent
+	release    func(*S)
+	State      S
 }
 
 // New returns a Resource that frees state with release (nil: nothing to
@@ -108,6 +110,11 @@ func (r *Resource[S]) Enter() bool {
 	return true
 }
 
+// Closed reports whether r was closed (its C object may still live on
+// through references). It takes no lock, so callers holding their own
+// locks cannot deadlock against a Close waiting for operations.
+func (r *Resource[S]) Closed() bool { return r.closedFlag.Load() }
+
 // Exit ends an operation started by Enter.
 func (r *Resource[S]) Exit() { r.mu.RUnlock() }
 
@@ -118,6 +125,7 @@ func (r *Resource[S]) markClosed(set func(*S)) bool {
 		return false
 	}
 	r.closed = true
+	r.closedFlag.Store(true)
 	if set != nil {
 		set(&r.State)
 	}
