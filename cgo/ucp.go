@@ -2,8 +2,6 @@ package cgo
 
 /*
 #include "ucxgo/shim.h"
-
-static inline uintptr_t ucxgo_ptr_value(ucs_status_ptr_t p) { return (uintptr_t)p; }
 */
 import "C"
 
@@ -361,7 +359,7 @@ type Request struct {
 }
 
 func request(p C.ucs_status_ptr_t) Request {
-	v := uintptr(C.ucxgo_ptr_value(p))
+	v := uintptr(p) // read in Go: a C helper would cost a crossing per operation
 	switch {
 	case v == 0:
 		return Request{}
