@@ -11,7 +11,8 @@ import (
 
 // AMHandler handles active messages of one id. It runs inside Progress on
 // the progressing goroutine and must not block; it may send, and may start
-// the receive of rendezvous data (AMMessage.ReceiveInto).
+// the receive of rendezvous data (AMMessage.ReceiveInto). msg is valid
+// until the handler returns (its Header and Data may be kept).
 type AMHandler func(msg *AMMessage)
 
 type amHandler struct {
@@ -157,22 +158,30 @@ func (m *AMMessage) Drop() {
 type amMessage struct {
 	cgo.AMMessage
 	Reply *Endpoint
+	msg   AMMessage // what the handler gets: part of the reused buffer
 }
 
-// dispatch runs the handlers of messages taken from the shim's queue.
+// dispatch runs the handlers of messages taken from the shim's queue, then
+// gives the buffer back to the worker.
 func (w *Worker) dispatch(msgs []amMessage) {
 	for i := range msgs {
 		cm := &msgs[i]
-		m := &AMMessage{ID: cm.ID, Header: cm.Header, Data: cm.Data, w: w,
+		cm.msg = AMMessage{ID: cm.ID, Header: cm.Header, Data: cm.Data, w: w,
 			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
 		w.mu.Lock()
 		h := w.handlers[cm.ID]
 		w.mu.Unlock()
 		if h != nil {
-			h.fn(m)
+			h.fn(&cm.msg)
 		}
-		m.Drop()
+		cm.msg.Drop()
 	}
+	clear(msgs)
+	w.mu.Lock()
+	if w.msgs == nil {
+		w.msgs = msgs[:0]
+	}
+	w.mu.Unlock()
 }
 
 // AMSendFlags tune SendAM.

@@ -60,7 +60,9 @@ type Worker struct {
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[uint]*amHandler
 	abandoned []abandonedRequest
-	draining  bool // a drain goroutine progresses the closed worker
+	taken     []cgo.AMMessage // reused by progressLocked
+	msgs      []amMessage     // reused by dispatch, nil while one runs
+	draining  bool            // a drain goroutine progresses the closed worker
 
 	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
 	rc      syscall.RawConn
@@ -222,9 +224,14 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 	var msgs []amMessage
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
-		for _, m := range w.c.TakeAM(nil) {
+		// Both buffers are the worker's, reused: taken is used under mu
+		// only; msgs goes to dispatch, which gives it back.
+		w.taken = w.c.TakeAM(w.taken[:0])
+		msgs, w.msgs = w.msgs[:0], nil
+		for _, m := range w.taken {
 			msgs = append(msgs, amMessage{AMMessage: m})
 		}
+		clear(w.taken)
 		for i := range msgs {
 			if msgs[i].Rndv {
 				w.res.Ref() // rendezvous data lives in the worker until received
