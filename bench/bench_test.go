@@ -7,6 +7,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/uct"
 )
@@ -222,6 +223,15 @@ func BenchmarkPut4M(b *testing.B)  { benchBW(b, 4<<20, true) }
 func BenchmarkGet64K(b *testing.B) { benchBW(b, 64<<10, false) }
 func BenchmarkGet1M(b *testing.B)  { benchBW(b, 1<<20, false) }
 func BenchmarkGet4M(b *testing.B)  { benchBW(b, 4<<20, false) }
+
+// BenchmarkCrossing is one empty cgo call, the floor under every row: the C
+// twin's counterpart is a call through a function pointer.
+func BenchmarkCrossing(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		cgo.Crossing()
+	}
+}
 
 func BenchmarkProgressIdle(b *testing.B) {
 	ctx := newContext(b)

@@ -653,6 +653,20 @@ static void bench_remote(const char *tls, void (*op)(remote_t *))
     remote_close(&r);
 }
 
+/* The counterpart of one empty cgo call: an empty call the compiler cannot
+ * inline or drop. */
+static void noop(void) {}
+static void (*volatile noop_fn)(void) = noop;
+
+static void bench_crossing(void)
+{
+    START();
+    for (long i = 0; i < iters; ++i) {
+        noop_fn();
+    }
+    END();
+}
+
 static void bench_am_ping_pong8_shm(void) { bench_remote(tls_shm, ping_pong); }
 static void bench_am_ping_pong8_tcp(void) { bench_remote(tls_tcp, ping_pong); }
 static void bench_put8_flush_shm(void)    { bench_remote(tls_shm, put8_flush); }
@@ -668,6 +682,7 @@ static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"Get8", bench_get8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
     {"Put4M", bench_put4m}, {"Get64K", bench_get64k}, {"Get1M", bench_get1m},
     {"Get4M", bench_get4m}, {"ProgressIdle", bench_progress_idle},
+    {"Crossing", bench_crossing},
     {"AMPingPong8Shm", bench_am_ping_pong8_shm}, {"AMPingPong8TCP", bench_am_ping_pong8_tcp},
     {"Put8FlushShm", bench_put8_flush_shm}, {"Put8FlushTCP", bench_put8_flush_tcp},
     {"Get8Shm", bench_get8_shm}, {"Get8TCP", bench_get8_tcp},
