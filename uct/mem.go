@@ -297,6 +297,9 @@ func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if len(packed) != m.attr.RkeyPackedSize {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "packed rkey is %d bytes, md packs %d", len(packed), m.attr.RkeyPackedSize)
 	}
+	if err := checkRkey(op, m.component.Name, packed); err != nil {
+		return nil, err
+	}
 	comp := m.component.c
 	b, st := comp.UnpackRkey(packed)
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
