@@ -294,6 +294,9 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if len(packed) == 0 {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
 	}
+	if err := checkRkey(&packed); err != nil {
+		return nil, err
+	}
 	if err := ep.enter(op); err != nil {
 		return nil, err
 	}

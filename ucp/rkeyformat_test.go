@@ -1,0 +1,416 @@
+package ucp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
+)
+
+// Keys ucp_rkey_pack wrote on this project's machines (context MDs self,
+// tcp, sysv, posix, cma), so that each release's keys are tested on the
+// other release too.
+var recordedRkeys = []struct {
+	name   string
+	hex    string
+	mdMap  uint64
+	sizes  []int
+	tailed bool // 1.20+ packer: sys_dev byte after the keys
+}{
+	{"1.18.1 sysv allocation", "17000000000000000000000c3c80040000d015b8c97f000000", 0x17, []int{0, 0, 12, 0}, false},
+	{"1.18.1 posix allocation", "1b0000000000000000000018427100c0020000c0008013b8c97f0000001000000000000000", 0x1b, []int{0, 0, 24, 0}, false},
+	{"1.18.1 registered", "130000000000000000000000", 0x13, []int{0, 0, 0}, false},
+	{"zero-length mapping", "000000000000000000", 0, nil, false},
+	{"1.23.0 sysv allocation", "050000000000000000000c3a00d70200e0c21e737f0000ff", 0x05, []int{0, 12}, true},
+	{"1.23.0 posix allocation", "0900000000000000000018615200c0020000c000e0c21e737f00000010000000000000ff", 0x09, []int{0, 24}, true},
+	{"1.23.0 registered", "01000000000000000000ff", 0x01, []int{0}, true},
+}
+
+// packedRkey is a decoded ucp_rkey_pack buffer.
+type packedRkey struct {
+	mdMap   uint64
+	memType uct.MemoryType
+	keys    [][]byte // one UCT rkey per md_map bit, ascending
+	tail    []byte   // the 1.20+ sys_dev part (nil from a 1.18 or 1.19 packer)
+}
+
+// parseRkey decodes b with the walker checkRkey uses.
+func parseRkey(b []byte) (*packedRkey, error) {
+	var keys [][]byte
+	tail, err := walkRkey(b, func(_ int, key []byte) error {
+		keys = append(keys, key)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &packedRkey{binary.LittleEndian.Uint64(b), uct.MemoryType(b[8]), keys, tail}, nil
+}
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// keysEnd is where the UCT keys of a parsed rkey end.
+func keysEnd(k *packedRkey) int {
+	n := rkeyHeaderSize
+	for _, key := range k.keys {
+		n += 1 + len(key)
+	}
+	return n
+}
+
+func TestParseRecordedRkeys(t *testing.T) {
+	for _, r := range recordedRkeys {
+		t.Run(r.name, func(t *testing.T) {
+			b := mustHex(r.hex)
+			k, err := parseRkey(b)
+			require.NoError(t, err)
+			assert.Equal(t, r.mdMap, k.mdMap)
+			var sizes []int
+			for _, key := range k.keys {
+				sizes = append(sizes, len(key))
+			}
+			assert.Equal(t, r.sizes, sizes)
+			assert.Equal(t, r.tailed, k.tail != nil)
+			if r.tailed {
+				assert.Equal(t, []byte{rkeySysDevNone}, k.tail)
+			}
+		})
+	}
+}
+
+// Every prefix is refused, except the one a 1.18 packer would have written
+// for a 1.23 key (the keys without the sys_dev byte).
+func TestParseRkeyTruncations(t *testing.T) {
+	for _, r := range recordedRkeys {
+		b := mustHex(r.hex)
+		k, err := parseRkey(b)
+		require.NoError(t, err)
+		for n := range len(b) {
+			_, err := parseRkey(b[:n])
+			if r.tailed && n == keysEnd(k) {
+				assert.NoError(t, err, "%s: the 1.18 form of the key", r.name)
+				continue
+			}
+			require.ErrorIs(t, err, ucs.ErrInvalidParam, "%s: %d of %d bytes", r.name, n, len(b))
+		}
+	}
+}
+
+func TestParseRkeyFields(t *testing.T) {
+	base := mustHex(recordedRkeys[0].hex) // 1.18 sysv: self, tcp, sysv, cma
+	with := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(base)) }
+	tail := func(t ...byte) []byte { return append(bytes.Clone(base), t...) }
+	for _, tc := range []struct {
+		name   string
+		b      []byte
+		reason string // "" = accepted
+	}{
+		{"an extra md_map bit", with(func(b []byte) []byte { b[0] |= 0x80; return b }), "memory domain 7: size missing"},
+		{"a key size one larger", with(func(b []byte) []byte { b[11]++; return b }), "memory domain 4: size missing"},
+		{"a key size one smaller", with(func(b []byte) []byte { b[11]--; return b }), "no terminator"},
+		{"a key size past the end", with(func(b []byte) []byte { b[11] = 200; return b }), "memory domain 2: 200-byte key overruns the 13 bytes left"},
+		{"last known memory type", with(func(b []byte) []byte { b[8] = byte(memoryTypeCount() - 1); return b }), ""},
+		{"memory type LAST", with(func(b []byte) []byte { b[8] = byte(memoryTypeCount()); return b }), "unknown memory type"},
+		{"memory type 255", with(func(b []byte) []byte { b[8] = 255; return b }), "unknown memory type"},
+		{"no md_map but more bytes", append(mustHex("000000000000000000"), 0xff), "without memory domains is 10 bytes"},
+		{"unknown sys_dev", tail(0xff), ""},
+		{"unknown sys_dev, then a byte", tail(0xff, 0), "1 bytes after the unknown system device"},
+		{"sys_dev without terminator", tail(0x05), "no terminator"},
+		{"sys_dev with flush bit, no distances", tail(0x85, 0xff), ""},
+		{"distances", tail(0x02, 0x00, 0x13, 0x05, 0x01, 0x23, 0x0d, 0xff), ""},
+		{"distance truncated", tail(0x02, 0x00, 0x13), "truncated distance"},
+		{"distances unterminated", tail(0x02, 0x00, 0x13, 0x05), "no terminator"},
+		{"distances, then a byte", tail(0x02, 0x00, 0x13, 0x05, 0xff, 0x00), "1 bytes after the distances"},
+		{"distance to device 62", tail(0x02, 62, 0x13, 0x05, 0xff), ""},
+		{"distance to device 63", tail(0x02, 63, 0x13, 0x05, 0xff), "device 63"},
+		{"distances out of order", tail(0x02, 0x01, 0x13, 0x05, 0x00, 0x13, 0x05, 0xff), "ascending"},
+		{"distances repeated", tail(0x02, 0x01, 0x13, 0x05, 0x01, 0x13, 0x05, 0xff), "ascending"},
+		{"NaN latency", tail(0x02, 0x00, 0x1f, 0x05, 0xff), "latency exponent 15"},
+		{"zero latency", tail(0x02, 0x00, 0x00, 0x05, 0xff), ""},
+		{"zero bandwidth", tail(0x02, 0x00, 0x13, 0x00, 0xff), "bandwidth exponent 0"},
+		{"denormal bandwidth", tail(0x02, 0x00, 0x13, 0xf0, 0xff), "bandwidth exponent 0"},
+		{"NaN bandwidth", tail(0x02, 0x00, 0x13, 0x0f, 0xff), "bandwidth exponent 15"},
+		{"a 255-byte key", append(append(mustHex("0100000000000000"+"00"+"ff"), make([]byte, 254)...), 1), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseRkey(tc.b)
+			if tc.reason == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ucs.ErrInvalidParam)
+			assert.Contains(t, err.Error(), tc.reason)
+		})
+	}
+}
+
+// A posix reader asserts on a zero length: any 24+-byte key with zeros
+// there is refused, whichever MD it claims to be for.
+func TestCheckRkeyPosixLength(t *testing.T) {
+	local, err := rkeyLocalInfo()
+	require.NoError(t, err)
+	if !local.posix {
+		t.Skip("no posix memory domain here")
+	}
+	b := mustHex(recordedRkeys[1].hex) // 1.18 posix: key at 12..36, length at 28..36
+	copy(b[12+posixLengthOffset:], make([]byte, 8))
+	err = checkRkey(&b)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Contains(t, err.Error(), "key 2: zero where a posix reader takes its segment length")
+}
+
+func TestSanitizedRkeyLayout(t *testing.T) {
+	local, err := rkeyLocalInfo()
+	require.NoError(t, err)
+	for _, r := range recordedRkeys {
+		b := mustHex(r.hex)
+		orig := bytes.Clone(b)
+		require.NoError(t, checkRkey(&b))
+		require.Equal(t, byte(0), b[len(b)-1], "%s: final NUL", r.name)
+		k, err := parseRkey(b[:len(b)-1])
+		require.NoError(t, err, "%s: the sanitized key parses", r.name)
+		ok, err := parseRkey(orig)
+		require.NoError(t, err)
+		assert.Equal(t, ok.mdMap, k.mdMap)
+		assert.Equal(t, ok.memType, k.memType)
+		require.Len(t, k.keys, len(ok.keys))
+		for i, key := range k.keys {
+			want := ok.keys[i]
+			assert.Len(t, key, min(max(len(want), local.maxRkey)+1, 255))
+			assert.Equal(t, want, key[:len(want)], "%s key %d: original bytes first", r.name, i)
+			for _, c := range key[len(want) : len(key)-1] {
+				assert.Equal(t, byte(rkeyPadByte), c)
+			}
+			assert.Equal(t, byte(0), key[len(key)-1], "padding ends with a NUL")
+		}
+		if r.mdMap != 0 {
+			assert.Equal(t, []byte{rkeySysDevNone}, k.tail, "%s: unknown sys_dev present for a 1.20+ reader", r.name)
+		}
+	}
+}
+
+// Random keys (well-formed ones with random contents, then one random byte
+// changed in half of them) never panic the parser; whatever it accepts
+// sanitizes into a key it accepts again.
+func TestParseRkeyRandomBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	accepted := 0
+	for range 20000 {
+		b := binary.LittleEndian.AppendUint64(nil, rng.Uint64()&0x3f)
+		b = append(b, byte(rng.IntN(memoryTypeCount())))
+		for m := binary.LittleEndian.Uint64(b); m != 0; m &= m - 1 {
+			n := rng.IntN(40)
+			b = append(b, byte(n))
+			for range n {
+				b = append(b, byte(rng.UintN(256)))
+			}
+		}
+		switch rng.IntN(3) {
+		case 1:
+			b = append(b, rkeySysDevNone)
+		case 2:
+			b = append(b, byte(rng.IntN(0x80)), 1, 0x13, 0x05, 3, 0x23, 0x0d, rkeySysDevNone)
+		}
+		if rng.IntN(2) == 0 {
+			b[rng.IntN(len(b))] = byte(rng.UintN(256))
+		}
+		if _, err := parseRkey(b); err != nil {
+			require.ErrorIs(t, err, ucs.ErrInvalidParam)
+			continue
+		}
+		accepted++
+		c := bytes.Clone(b)
+		if err := checkRkey(&c); err != nil {
+			require.ErrorIs(t, err, ucs.ErrInvalidParam)
+			continue
+		}
+		_, err := parseRkey(c[:len(c)-1])
+		require.NoError(t, err)
+	}
+	t.Logf("%d of 20000 random keys parsed", accepted)
+}
+
+// rkeyTestbed is a context with one worker and an endpoint to itself, and
+// mappings of each kind whose keys are unpacked and read back for real.
+type rkeyTestbed struct {
+	ctx *Context
+	w   *Worker
+	ep  *Endpoint
+}
+
+func newRkeyTestbed(t testing.TB) *rkeyTestbed {
+	ctx, err := NewContext()
+	require.NoError(t, err)
+	tb := &rkeyTestbed{ctx: ctx}
+	tb.connect(t)
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tb.ep.Close(c, CloseForce)
+		tb.w.Close()
+		tb.ctx.Close()
+	})
+	return tb
+}
+
+// connect makes a worker and an endpoint to it, without peer error
+// handling so that shared-memory transports carry the RMA.
+func (tb *rkeyTestbed) connect(t testing.TB) {
+	var err error
+	tb.w, err = tb.ctx.NewWorker()
+	require.NoError(t, err)
+	addr, err := tb.w.Address()
+	require.NoError(t, err)
+	tb.ep, err = tb.w.ConnectAddress(addr, WithPeerErrorHandling(false))
+	require.NoError(t, err)
+}
+
+// reconnect replaces the worker and endpoint (their rkey-configuration
+// table is bounded).
+func (tb *rkeyTestbed) reconnect(t testing.TB) {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tb.ep.Close(c, CloseForce)
+	tb.w.Close()
+	tb.connect(t)
+}
+
+// get reads n bytes at raddr with the rkey over the testbed's endpoint.
+func (tb *rkeyTestbed) get(rk *RemoteKey, raddr uint64, n int) ([]byte, error) {
+	b := make([]byte, n)
+	req, err := tb.ep.Get(b, raddr, rk)
+	if err != nil {
+		return nil, err
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return b, req.Wait(c)
+}
+
+// Keys of real mappings (UCX's allocators: sysv, posix, heap; registered Go
+// memory; the zero-length mapping) pass, are sanitized, unpack, and read
+// the mapping's bytes back.
+func TestRkeyOfRealMappings(t *testing.T) {
+	tb := newRkeyTestbed(t)
+	for _, prio := range []string{"md:sysv", "md:posix", "heap", "registered", "empty"} {
+		t.Run(prio, func(t *testing.T) {
+			owner := tb.ctx
+			if prio != "registered" && prio != "empty" {
+				var err error
+				owner, err = NewContext(WithConfig("ALLOC_PRIO", prio))
+				require.NoError(t, err)
+				defer owner.Close()
+			}
+			src := Allocate(8192)
+			switch prio {
+			case "registered":
+				src = Register(make([]byte, 8192))
+			case "empty":
+				src = Allocate(0)
+			}
+			mem, err := owner.MemMap(src)
+			require.NoError(t, err)
+			defer mem.Close()
+			data, err := mem.Bytes()
+			require.NoError(t, err)
+			for i := range data {
+				data[i] = byte(i * 13)
+			}
+			packed, err := mem.PackRkey()
+			require.NoError(t, err)
+			k, err := parseRkey(packed)
+			require.NoError(t, err)
+			t.Logf("%s: %d bytes, md_map %#x, key sizes %v", prio, len(packed), k.mdMap, keySizes(k))
+			rk, err := tb.ep.UnpackRkey(packed)
+			require.NoError(t, err)
+			defer rk.Close()
+			if len(data) == 0 {
+				return
+			}
+			got, err := tb.get(rk, mem.Address(), len(data))
+			require.NoError(t, err)
+			require.Equal(t, data, got)
+		})
+	}
+}
+
+func keySizes(k *packedRkey) []int {
+	var s []int
+	for _, key := range k.keys {
+		s = append(s, len(key))
+	}
+	return s
+}
+
+// UCX 1.18.1 hangs in ucp_get_nbx (shared memory, self) or aborts the
+// worker (tcp) on a get through a key of another memory type; 1.23 ends
+// such a get with an error. So 1.18 builds take host keys only.
+func TestRkeyMemoryTypePolicy(t *testing.T) {
+	tb := newRkeyTestbed(t)
+	mem, err := tb.ctx.MemMap(Register(make([]byte, 4096)))
+	require.NoError(t, err)
+	defer mem.Close()
+	packed, err := mem.PackRkey()
+	require.NoError(t, err)
+	for mt := 1; mt < memoryTypeCount(); mt++ {
+		b := bytes.Clone(packed)
+		b[8] = byte(mt)
+		rk, err := tb.ep.UnpackRkey(b)
+		if ucs.BuiltVersion().Minor < 19 {
+			require.ErrorIs(t, err, ucs.ErrInvalidParam)
+			assert.Contains(t, err.Error(), "only host memory keys")
+			continue
+		}
+		require.NoError(t, err, "memory type %d", mt)
+		_, err = tb.get(rk, mem.Address(), 8)
+		t.Logf("memory type %d: get: %v", mt, err)
+		require.NotErrorIs(t, err, ucs.ErrTimedOut)
+		rk.Close()
+	}
+}
+
+// Endpoint.UnpackRkey refuses malformed keys before UCX, and the error does
+// not carry the key's bytes.
+func TestUnpackRkeyRefusesMalformed(t *testing.T) {
+	tb := newRkeyTestbed(t)
+	b := mustHex(recordedRkeys[0].hex)
+	bad := append(bytes.Clone(b), 0x42, 0x43)
+	_, err := tb.ep.UnpackRkey(bad)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Contains(t, err.Error(), "ucp: unpack rkey: Invalid parameter: truncated distance")
+	assert.NotContains(t, err.Error(), fmt.Sprintf("%x", b[9:]))
+	_, err = tb.ep.UnpackRkey(b[:20])
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+}
+
+// BenchmarkCheckRkey is the Go-side cost every Endpoint.UnpackRkey pays.
+func BenchmarkCheckRkey(b *testing.B) {
+	for _, r := range recordedRkeys[:2] {
+		b.Run(r.name, func(b *testing.B) {
+			key := mustHex(r.hex)
+			b.ReportAllocs()
+			for b.Loop() {
+				k := key
+				if err := checkRkey(&k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
