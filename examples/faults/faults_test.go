@@ -11,17 +11,23 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/internal/leakcheck"
 )
 
 var bin string // folder with the built programs
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role))
+	}
 	dir, err := os.MkdirTemp("", "ucxgo-faults")
 	if err != nil {
 		panic(err)
@@ -34,7 +40,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	code := leakcheck.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -153,6 +159,7 @@ func (s *setup) importer(t *testing.T, args ...string) *proc {
 // A broken envelope is refused with its own error, and the exporter keeps
 // serving the next, well-behaved importer.
 func TestBadEnvelopeRefusedAndNextImporterServed(t *testing.T) {
+	leakcheck.Goroutines(t)
 	for fault, want := range map[string]string{
 		"magic":     "bad magic",
 		"version":   "unsupported version",
@@ -180,6 +187,7 @@ func TestBadEnvelopeRefusedAndNextImporterServed(t *testing.T) {
 }
 
 func TestWrongKeyAndExpiredLease(t *testing.T) {
+	leakcheck.Goroutines(t)
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "4", "-serve", "1")
 	wrong := s.importer(t, "-key-file", "/dev/null")
@@ -212,6 +220,7 @@ func mustRead(t *testing.T, path string) string {
 // "unexpected error: Endpoint timeout" in ucp_request.inl, an internal
 // send of the AM-emulated get failing; see README, known UCX issues).
 func TestImporterKilledMidTransfer(t *testing.T) {
+	leakcheck.Goroutines(t)
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "256", "-serve", "1")
 	victim := s.importer(t, "-chunk", "65536")
@@ -229,6 +238,7 @@ func TestImporterKilledMidTransfer(t *testing.T) {
 // An exporter killed mid-transfer: the importer's operations end with an
 // error within its timeout, it does not hang.
 func TestExporterKilledMidTransfer(t *testing.T) {
+	leakcheck.Goroutines(t)
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "256")
 	imp := s.importer(t, "-chunk", "65536")
@@ -242,6 +252,7 @@ func TestExporterKilledMidTransfer(t *testing.T) {
 // SIGTERM makes the exporter revoke the key at a running importer and wait
 // for its acknowledgement before unmapping.
 func TestRevokeOnShutdown(t *testing.T) {
+	leakcheck.Goroutines(t)
 	s := newSetup(t)
 	exp := s.exporter(t, "-size", "4")
 	imp := s.importer(t, "-latency-ops", "100000000")
@@ -254,41 +265,70 @@ func TestRevokeOnShutdown(t *testing.T) {
 	assert.Contains(t, exp.out.String(), "revoked 1 (0 unacknowledged)")
 }
 
+// hosts are two network namespaces joined by a veth pair: a (10.77.0.1)
+// and b (10.77.0.2). Only these namespaces get addresses.
+type hosts struct {
+	a, b     string   // namespace names
+	va, vb   string   // their ends of the veth pair
+	execA    []string // command prefixes running a program in a or b
+	execB    []string
+	hostA    string // a's address
+	hostB    string
+	setLinkB func(up bool) error
+}
+
+var nsCount atomic.Int32
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func twoHosts(t *testing.T) *hosts {
+	ns := fmt.Sprintf("ucxgo%dx%d", os.Getpid(), nsCount.Add(1))
+	h := &hosts{a: ns + "a", b: ns + "b", va: ns + "va", vb: ns + "vb", hostA: "10.77.0.1", hostB: "10.77.0.2"}
+	h.execA = []string{"ip", "netns", "exec", h.a}
+	h.execB = []string{"ip", "netns", "exec", h.b}
+	h.setLinkB = func(up bool) error {
+		state := "down"
+		if up {
+			state = "up"
+		}
+		return ipCmd("-n", h.b, "link", "set", h.vb, state)
+	}
+	steps := [][]string{
+		{"netns", "add", h.a}, {"netns", "add", h.b},
+		{"link", "add", h.va, "type", "veth", "peer", "name", h.vb},
+		{"link", "set", h.va, "netns", h.a}, {"link", "set", h.vb, "netns", h.b},
+		{"-n", h.a, "addr", "add", h.hostA + "/24", "dev", h.va},
+		{"-n", h.b, "addr", "add", h.hostB + "/24", "dev", h.vb},
+		{"-n", h.a, "link", "set", h.va, "up"}, {"-n", h.b, "link", "set", h.vb, "up"},
+		{"-n", h.a, "link", "set", "lo", "up"}, {"-n", h.b, "link", "set", "lo", "up"},
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", h.a).Run()
+		exec.Command("ip", "netns", "del", h.b).Run()
+	})
+	for _, step := range steps {
+		require.NoError(t, ipCmd(step...), "creating the namespaces (needs root and iproute2)")
+	}
+	return h
+}
+
 // Two hosts: the exporter and the importer in their own network namespaces
 // joined by a veth pair, over tcp.
 func TestTwoHostsInNetworkNamespaces(t *testing.T) {
-	ns := fmt.Sprintf("ucxgo%d", os.Getpid())
-	run := func(args ...string) error {
-		out, err := exec.Command("ip", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	steps := [][]string{
-		{"netns", "add", ns + "a"}, {"netns", "add", ns + "b"},
-		{"link", "add", ns + "va", "type", "veth", "peer", "name", ns + "vb"},
-		{"link", "set", ns + "va", "netns", ns + "a"}, {"link", "set", ns + "vb", "netns", ns + "b"},
-		{"-n", ns + "a", "addr", "add", "10.77.0.1/24", "dev", ns + "va"},
-		{"-n", ns + "b", "addr", "add", "10.77.0.2/24", "dev", ns + "vb"},
-		{"-n", ns + "a", "link", "set", ns + "va", "up"}, {"-n", ns + "b", "link", "set", ns + "vb", "up"},
-		{"-n", ns + "a", "link", "set", "lo", "up"}, {"-n", ns + "b", "link", "set", "lo", "up"},
-	}
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", ns+"a").Run()
-		exec.Command("ip", "netns", "del", ns+"b").Run()
-	})
-	for _, step := range steps {
-		require.NoError(t, run(step...), "creating the namespaces (needs root and iproute2)")
-	}
+	leakcheck.Goroutines(t)
+	h := twoHosts(t)
 	s := newSetup(t)
-	s.netns = []string{"ip", "netns", "exec", ns + "a"}
-	s.importerNS = []string{"ip", "netns", "exec", ns + "b"}
-	s.host = "10.77.0.1"
+	s.netns, s.importerNS, s.host = h.execA, h.execB, h.hostA
 	exp := s.exporter(t, "-size", "16", "-serve", "1")
 	imp := s.importer(t)
 	require.Equal(t, 0, imp.wait(t, 120*time.Second), "importer in the second namespace: %s", imp.out.String())
 	assert.Contains(t, imp.out.String(), "importer: PASS")
 	require.Equal(t, 0, exp.wait(t, 30*time.Second))
-	assert.Contains(t, exp.out.String(), "connected from 10.77.0.2")
+	assert.Contains(t, exp.out.String(), "connected from "+h.hostB)
 }
