@@ -48,9 +48,11 @@ type childTB struct {
 	errs     []string
 }
 
-func (c *childTB) Helper()                           {}
-func (c *childTB) Cleanup(fn func())                 { c.cleanups = append(c.cleanups, fn) }
-func (c *childTB) Errorf(format string, args ...any) { c.errs = append(c.errs, fmt.Sprintf(format, args...)) }
+func (c *childTB) Helper()           {}
+func (c *childTB) Cleanup(fn func()) { c.cleanups = append(c.cleanups, fn) }
+func (c *childTB) Errorf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
 
 // check runs the cleanups and reports the goroutines left, if any.
 func (c *childTB) check() string {
