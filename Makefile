@@ -61,9 +61,14 @@ info-native:
 demo-native:
 	ci/demo.sh
 
+# package:target for each fuzz target; one worker each (shared machines).
+FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey uct:FuzzUnpackRkey uct:FuzzAttach \
+	examples/envelope:FuzzOpen examples/internal/demo:FuzzParseVerifyHeader examples/exporter:FuzzVerifyRequest
 fuzz-native:
-	$(GO) test -run '^$$' -fuzz '^FuzzImportDescriptor$$' -fuzztime $(FUZZTIME) ./ucp/
-	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./examples/envelope/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} (./$${t%%:*}/) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -parallel 1 ./$${t%%:*}/; \
+	done
 
 bench-native:
 	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200 BENCH_IDLE=1s) bench/run.sh
