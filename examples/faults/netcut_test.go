@@ -350,6 +350,14 @@ func TestNetworkCutMidTransferAndRestored(t *testing.T) {
 	assert.Equal(t, "ok", client.line(t, "LEFT-AFTER-FAILURE", 30*time.Second), "goroutines the failed connection left in the client")
 
 	require.NoError(t, h.setLinkB(true))
+	restored := time.Now()
+	// Writes the client gave up on are still in its kernel's socket buffer
+	// and are delivered once the link is back, until the exporter sees the
+	// old connection reset: they can land after writes made on a new
+	// connection (seen here: the exporter then verified stale bytes). So
+	// the new connection waits for that.
+	exp.waitFor(t, "importer 1 gone")
+	t.Logf("the exporter saw the old connection fail %s after the link came back", time.Since(restored).Round(time.Millisecond))
 	_, err := fmt.Fprintln(client.stdin, "restored")
 	require.NoError(t, err)
 	assert.Contains(t, client.line(t, "RECONNECTED", 60*time.Second), "verified=true", "the exporter verified a full write on a new connection")
