@@ -62,12 +62,19 @@ demo-native:
 	ci/demo.sh
 
 # package:target for each fuzz target; one worker each (shared machines).
+# Go before 1.27 can end a run with a bare "context deadline exceeded" and
+# no failing input (go.dev/issue/75804, a race at the end of -fuzztime):
+# that alone is reported, not counted as a failure.
 FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey uct:FuzzUnpackRkey uct:FuzzAttach \
 	examples/envelope:FuzzOpen examples/internal/demo:FuzzParseVerifyHeader examples/exporter:FuzzVerifyRequest
 fuzz-native:
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} (./$${t%%:*}/) for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -parallel 1 ./$${t%%:*}/; \
+		rc=0; $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./$${t%%:*}/ >$$log 2>&1 || rc=$$?; \
+		cat $$log; [ $$rc = 0 ] && continue; \
+		if grep -qx '    context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
+			echo "== $${t#*:}: Go's end-of-fuzztime race (go.dev/issue/75804), no failing input: not a failure"; \
+		else exit 1; fi; \
 	done
 
 bench-native:
