@@ -248,14 +248,23 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 			}
 		}
 	}
+	var reaped []abandonedRequest
 	if len(w.abandoned) > 0 {
-		w.reapAbandoned()
+		reaped = w.reapAbandoned()
 	}
 	woke := n > 0
 	if c := w.c.Completions(); c != w.completed {
 		w.completed, woke = c, true
 	}
 	w.mu.Unlock()
+	// Outside mu: dropping what a reaped request held can release a remote
+	// key or an endpoint, whose release locks mu.
+	for _, a := range reaped {
+		if a.after != nil {
+			a.after()
+		}
+		w.res.Release()
+	}
 	if woke && w.waiters.Load() > 0 {
 		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
 	}
@@ -263,8 +272,9 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 }
 
 // reapAbandoned releases requests whose waiters gave up, once UCX is done
-// with them. Called with mu held.
-func (w *Worker) reapAbandoned() {
+// with them. Called with mu held; the caller runs the returned requests'
+// after functions and drops their worker references once it has unlocked.
+func (w *Worker) reapAbandoned() (reaped []abandonedRequest) {
 	kept := w.abandoned[:0]
 	for _, a := range w.abandoned {
 		if !a.r.Done() {
@@ -272,13 +282,11 @@ func (w *Worker) reapAbandoned() {
 			continue
 		}
 		w.c.Release(a.r, false)
-		if a.after != nil {
-			a.after()
-		}
-		w.res.Release()
+		reaped = append(reaped, a)
 	}
 	clear(w.abandoned[len(kept):])
 	w.abandoned = kept
+	return reaped
 }
 
 // abandon hands an in-flight request to the worker, which releases it when
