@@ -108,7 +108,12 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 // ReceiveIntoMem receives the payload into mapped memory at off.
 func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	const op = "ucp: receive active-message data"
-	b, err := mem.Bytes()
+	// Entered once: the copy or the transfer happens before Close unmaps.
+	if !mem.res.Enter() {
+		return Request{}, closedError(op)
+	}
+	defer mem.res.Exit()
+	b, err := mem.bytes(op)
 	if err != nil {
 		return Request{}, err
 	}
@@ -122,12 +127,8 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	if m.consumed {
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
-	if !mem.res.Enter() { // held for the transfer, as Close may come meanwhile
-		return Request{}, closedError(op)
-	}
-	defer mem.res.Exit()
 	m.consumed = true
-	return m.receive(op, unsafe.Add(mem.addr, off), mem.h, nil, &mem.res), nil
+	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res), nil
 }
 
 func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) Request {

@@ -168,12 +168,10 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 	// The release runs here, or later when the last remote key or request
 	// lets go; it then has no ctx to wait on and hands the close to the worker.
-	closed := ep.res.CloseWith(func(s *endpointState) { s.mode, s.ctx = mode, ctx })
-	if !closed {
+	if !ep.res.CloseWith(func(s *endpointState) { s.mode, s.ctx = mode, ctx }) {
 		return nil
 	}
-	err := ep.res.State.err
-	return err
+	return ep.res.State.err
 }
 
 // releaseEndpoint closes the UCX endpoint; it runs when the last reference

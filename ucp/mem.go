@@ -87,7 +87,6 @@ func WithMemoryType(t uct.MemoryType) MapOption {
 type Mem struct {
 	res  handle.Resource[memState] // embedded: a mapping is one allocation
 	ctx  *Context
-	h    cgo.MemHandle
 	kind MemKind
 	addr unsafe.Pointer
 	n    uintptr
@@ -158,7 +157,7 @@ func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 		}
 		return nil, e
 	}
-	m.h, m.addr, m.n = h, base, n
+	m.addr, m.n = base, n
 	m.res.State.c, m.res.State.h = c.c, h
 	m.res.Init(c.res, releaseMem)
 	handle.Finalize(m, (*Mem).collect)
@@ -186,6 +185,11 @@ func (m *Mem) Bytes() ([]byte, error) {
 		return nil, closedError(op)
 	}
 	defer m.res.Exit()
+	return m.bytes(op)
+}
+
+// bytes is Bytes for callers inside Enter.
+func (m *Mem) bytes(op string) ([]byte, error) {
 	if m.kind == Imported {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidAddr, "imported memory belongs to the exporting process; use RMA or local operations with this mapping as memh")
 	}
@@ -213,7 +217,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	if m.kind == Imported {
 		return dst, ucs.Errorf(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
 	}
-	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.h)
+	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.res.State.h)
 	if st == 0 {
 		m.exportLen.Store(int32(n))
 	}
@@ -242,7 +246,7 @@ func (m *Mem) AppendRkey(dst []byte) ([]byte, error) {
 		return dst, closedError(op)
 	}
 	defer m.res.Exit()
-	b, n, st := m.ctx.c.AppendRkey(dst, int(m.rkeyLen.Load()), m.h)
+	b, n, st := m.ctx.c.AppendRkey(dst, int(m.rkeyLen.Load()), m.res.State.h)
 	if st == 0 {
 		m.rkeyLen.Store(int32(n))
 	}
@@ -255,9 +259,7 @@ func (m *Mem) AppendRkey(dst []byte) ([]byte, error) {
 // Close unmaps the memory once no operation in flight uses it; slices from
 // Bytes must not be used after it.
 func (m *Mem) Close() error {
-	if m.res.Close() {
-		handle.Unfinalize(m)
-	}
+	handle.CloseFinalized(m, &m.res)
 	return nil
 }
 
@@ -272,7 +274,6 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 // RemoteKey is a peer's unpacked remote key, valid on one endpoint.
 type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
-	c   cgo.Rkey
 }
 
 type rkeyState struct {
@@ -307,7 +308,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	rk := &RemoteKey{c: c}
+	rk := &RemoteKey{}
 	rk.res.State = rkeyState{ep.w, c}
 	rk.res.Init(ep.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
@@ -316,8 +317,6 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 
 // Close destroys the remote key once no operation in flight uses it.
 func (rk *RemoteKey) Close() error {
-	if rk.res.Close() {
-		handle.Unfinalize(rk)
-	}
+	handle.CloseFinalized(rk, &rk.res)
 	return nil
 }

@@ -46,7 +46,7 @@ func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64
 	if err != nil {
 		return Request{}, err
 	}
-	return ep.rma(op, put, p, n, m.h, raddr, rkey, nil, &m.res)
+	return ep.rma(op, put, p, n, m.res.State.h, raddr, rkey, nil, &m.res)
 }
 
 // pinners recycles the Pinners of the []byte forms, so that they allocate
@@ -93,9 +93,9 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	ep.w.mu.Lock()
 	var r cgo.Request
 	if put {
-		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.c)
+		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	} else {
-		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.c)
+		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	}
 	ep.w.mu.Unlock()
 	return newRequest(ep.w, r, op, pin, mem, &rkey.res), nil
@@ -123,7 +123,7 @@ func (ep *Endpoint) SendAMMem(id uint, header []byte, m *Mem, off, n int, flags 
 	if err != nil {
 		return Request{}, err
 	}
-	return ep.sendAM(id, header, p, n, m.h, flags, nil, &m.res)
+	return ep.sendAM(id, header, p, n, m.res.State.h, flags, nil, &m.res)
 }
 
 func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {

@@ -294,12 +294,22 @@ func (w *Worker) reapAbandoned() (reaped []abandonedRequest) {
 func (w *Worker) abandon(r cgo.Request, after func()) {
 	w.mu.Lock()
 	w.abandoned = append(w.abandoned, abandonedRequest{r, after})
-	if w.res.Closed() && !w.draining {
-		w.res.Ref() // the request's reference keeps the worker: take the drain's own
-		w.draining = true
-		go w.drain()
+	if w.res.Closed() {
+		w.startDrain()
 	}
 	w.mu.Unlock()
+}
+
+// startDrain starts the drain of a closed worker with abandoned requests,
+// unless one runs. Called with mu held, by a caller holding a reference
+// (the UCX worker is alive); the drain takes its own.
+func (w *Worker) startDrain() {
+	if w.draining || len(w.abandoned) == 0 {
+		return
+	}
+	w.res.Ref()
+	w.draining = true
+	go w.drain()
 }
 
 // drainTimeout bounds how long a closed worker is progressed for requests
@@ -312,7 +322,7 @@ const drainTimeout = 30 * time.Second
 // waiter gave up would keep the worker, its context and what the request
 // uses alive for good. A request that does not complete within
 // drainTimeout (its peer neither answers nor fails) stays with the worker,
-// which then stays too. The caller set draining and took a reference.
+// which then stays too. startDrain set draining and took a reference.
 func (w *Worker) drain() {
 	defer w.res.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
@@ -543,12 +553,7 @@ func (w *Worker) Close() error {
 	w.res.Exit()
 	if w.res.Close() {
 		w.mu.Lock()
-		if len(w.abandoned) > 0 && !w.draining {
-			w.draining = true
-			w.mu.Unlock()
-			go w.drain() // takes over the reference
-			return nil
-		}
+		w.startDrain()
 		w.mu.Unlock()
 	}
 	w.res.Release()

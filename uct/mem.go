@@ -36,7 +36,6 @@ type Mem struct {
 	res  handle.Resource[memState] // embedded: a Mem is one allocation
 	md   *MD
 	kind MemKind
-	memh cgo.Memh
 	addr unsafe.Pointer
 	size uintptr
 }
@@ -115,7 +114,7 @@ func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) err
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return err
 	}
-	mem.kind, mem.memh, mem.addr, mem.size = Registered, memh, p, n
+	mem.kind, mem.addr, mem.size = Registered, p, n
 	mem.res.State.memh = memh
 	m.newMem(mem)
 	return nil
@@ -142,8 +141,8 @@ func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	mem := &Mem{kind: Allocated, memh: a.Memh(), addr: a.Address(), size: a.Length()}
-	mem.res.State.alloc = a
+	mem := &Mem{kind: Allocated, addr: a.Address(), size: a.Length()}
+	mem.res.State.memh, mem.res.State.alloc = a.Memh(), a
 	return m.newMem(mem), nil
 }
 
@@ -174,7 +173,7 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	mem := &Mem{kind: Attached, memh: memh}
+	mem := &Mem{kind: Attached}
 	mem.res.State.memh = memh
 	return m.newMem(mem), nil
 }
@@ -251,7 +250,7 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 		}
 	}
 	out := make([]byte, size)
-	overrun, st := mem.md.md.PackMkey(mem.memh, mem.addr, mem.size, export, out)
+	overrun, st := mem.md.md.PackMkey(mem.res.State.memh, mem.addr, mem.size, export, out)
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
@@ -264,16 +263,13 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 // Close releases the registration, allocation or attachment. Slices from
 // Bytes must not be used after it.
 func (mem *Mem) Close() error {
-	if mem.res.Close() {
-		handle.Unfinalize(mem)
-	}
+	handle.CloseFinalized(mem, &mem.res)
 	return nil
 }
 
 // RemoteKey is an unpacked remote key (uct_rkey_unpack).
 type RemoteKey struct {
-	res    handle.Resource[rkeyState] // embedded: a key is one allocation
-	bundle *cgo.RkeyBundle
+	res handle.Resource[rkeyState] // embedded: a key is one allocation
 }
 
 type rkeyState struct {
@@ -305,7 +301,7 @@ func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	rk := &RemoteKey{bundle: b}
+	rk := &RemoteKey{}
 	rk.res.State = rkeyState{comp, b}
 	rk.res.Init(m.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
@@ -318,13 +314,11 @@ func (rk *RemoteKey) Value() (uint64, error) {
 		return 0, &ucs.Error{Op: "uct: remote key value", Err: ucs.ErrClosed}
 	}
 	defer rk.res.Exit()
-	return rk.bundle.Rkey(), nil
+	return rk.res.State.bundle.Rkey(), nil
 }
 
 // Close releases the remote key.
 func (rk *RemoteKey) Close() error {
-	if rk.res.Close() {
-		handle.Unfinalize(rk)
-	}
+	handle.CloseFinalized(rk, &rk.res)
 	return nil
 }

@@ -90,6 +90,14 @@ func Finalize[T any](owner *T, collect func(*T)) { runtime.SetFinalizer(owner, c
 // collector frees it in one cycle.
 func Unfinalize[T any](owner *T) { runtime.SetFinalizer(owner, nil) }
 
+// CloseFinalized is Close for a handle tracked by Finalize: the call that
+// closes r also drops owner's finalizer.
+func CloseFinalized[T, S any](owner *T, r *Resource[S]) {
+	if r.Close() {
+		Unfinalize(owner)
+	}
+}
+
 // Collect releases a resource whose handle was garbage collected, counting
 // it as leaked if it was still open.
 func (r *Resource[S]) Collect() {
