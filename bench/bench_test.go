@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/ucp"
@@ -114,6 +115,11 @@ func BenchmarkUCTRegisterPack(b *testing.B) {
 	}
 }
 
+// clientSpin makes the client's waits busy-poll, as the C twin's client
+// loops on ucp_worker_progress; targets keep the default spin and sleep, as
+// the twin's target thread does.
+var clientSpin = ucp.WithSpin(time.Hour)
+
 // pair is a client worker with an endpoint to a server worker of the same
 // context; the server is progressed by a goroutine.
 type pair struct {
@@ -127,7 +133,7 @@ type pair struct {
 
 func newPair(b *testing.B, size int) *pair {
 	ctx := newContext(b)
-	client, err := ctx.NewWorker()
+	client, err := ctx.NewWorker(clientSpin)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -157,6 +163,24 @@ func newPair(b *testing.B, size int) *pair {
 		client.Close()
 	})
 	return p
+}
+
+// BenchmarkRkeyUnpack unpacks a shared-memory key (checked and padded in
+// Go first) and destroys it.
+func BenchmarkRkeyUnpack(b *testing.B) {
+	p := newPair(b, 4096)
+	packed, err := p.target.PackRkey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rk, err := p.ep.UnpackRkey(packed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rk.Close()
+	}
 }
 
 func BenchmarkPut8Flush(b *testing.B) {

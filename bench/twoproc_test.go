@@ -210,7 +210,7 @@ func newRemote(b *testing.B, tls string) *remote {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := ctx.NewWorker()
+	w, err := ctx.NewWorker(clientSpin)
 	if err != nil {
 		b.Fatal(err)
 	}

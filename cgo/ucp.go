@@ -2,6 +2,10 @@ package cgo
 
 /*
 #include "ucxgo/shim.h"
+
+// ucp_ep_rkey_unpack copies what it keeps: the key may live on the Go stack.
+#cgo noescape ucxgo_ep_rkey_unpack
+#cgo nocallback ucxgo_ep_rkey_unpack
 */
 import "C"
 

@@ -295,7 +295,9 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if len(packed) == 0 {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
 	}
-	if err := checkRkey(&packed); err != nil {
+	var scratch [rkeyScratchSize]byte
+	padded, err := checkRkey(scratch[:0], packed)
+	if err != nil {
 		return nil, err
 	}
 	if err := ep.enter(op); err != nil {
@@ -303,7 +305,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	}
 	defer ep.res.Exit()
 	ep.w.mu.Lock()
-	c, st := ep.c.UnpackRkey(packed)
+	c, st := ep.c.UnpackRkey(padded)
 	ep.w.mu.Unlock()
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package ucp
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/ucxgo/ucx/ucs"
@@ -168,29 +169,30 @@ func checkRkeyTail(p []byte) error {
 	}
 }
 
-// checkRkey validates *packed and replaces it with the copy UCX is to read:
-// every UCT rkey padded (its size byte raised) so that whichever local
-// component reads it, a fixed-size read stays inside the buffer, a posix
-// reader finds a non-zero length and a NUL-terminated directory, and a
-// 1.20+ library finds the unknown-device byte where a 1.18 or 1.19 packer
-// wrote none. Honest readers never look at the padding. Malformed keys are
-// ucs.ErrInvalidParam with the reason, and never reach UCX.
-func checkRkey(packed *[]byte) error {
-	b := *packed
+// checkRkey validates b and appends to dst the copy UCX is to read: every
+// UCT rkey padded (its size byte raised) so that whichever local component
+// reads it, a fixed-size read stays inside the buffer, a posix reader finds
+// a non-zero length and a NUL-terminated directory, and a 1.20+ library
+// finds the unknown-device byte where a 1.18 or 1.19 packer wrote none.
+// Honest readers never look at the padding. Malformed keys are
+// ucs.ErrInvalidParam with the reason, and never reach UCX. Callers pass a
+// stack array as dst (rkeyScratchSize fits the keys of this machine's
+// transports), so that the copy costs no allocation.
+func checkRkey(dst, b []byte) ([]byte, error) {
 	if len(b) < rkeyHeaderSize {
 		_, err := walkRkey(b, nil)
-		return err
+		return nil, err
 	}
 	if mt := uct.MemoryType(b[8]); mt != uct.MemoryHost && int(mt) < rkeyMemoryTypes() && rkeyHostOnly() {
-		return rkeyError("remote memory type %s: UCX 1.18 has no protocol for it here and hangs in ucp_get_nbx or aborts the worker (measured on 1.18.1), so only host memory keys are taken", mt)
+		return nil, rkeyError("remote memory type %s: UCX 1.18 has no protocol for it here and hangs in ucp_get_nbx or aborts the worker (measured on 1.18.1), so only host memory keys are taken", mt)
 	}
 	local, err := rkeyLocalInfo()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Each key grows to at most max(its size, maxRkey)+1 bytes; the tail
 	// by the unknown-device byte and a NUL.
-	out := make([]byte, 0, len(b)+bits.OnesCount64(binary.LittleEndian.Uint64(b))*(local.maxRkey+2)+2)
+	out := slices.Grow(dst[:0], len(b)+bits.OnesCount64(binary.LittleEndian.Uint64(b))*(local.maxRkey+2)+2)
 	out = append(out, b[:rkeyHeaderSize]...)
 	tail, err := walkRkey(b, func(i int, key []byte) error {
 		if local.posix && len(key) >= posixRkeyFixed && allZero(key[posixLengthOffset:posixRkeyFixed]) {
@@ -209,16 +211,19 @@ func checkRkey(packed *[]byte) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out = append(out, tail...)
 	if tail == nil && len(out) > rkeyHeaderSize {
 		out = append(out, rkeySysDevNone)
 	}
 	// A last NUL bounds any string read that ran through a 255-byte key.
-	*packed = append(out, 0)
-	return nil
+	return append(out, 0), nil
 }
+
+// rkeyScratchSize holds the padded copy of a key from the shared-memory,
+// tcp and verbs transports without an allocation (larger keys allocate).
+const rkeyScratchSize = 1024
 
 func allZero(b []byte) bool {
 	for _, c := range b {

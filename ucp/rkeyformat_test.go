@@ -170,7 +170,7 @@ func TestCheckRkeyPosixLength(t *testing.T) {
 	}
 	b := mustHex(recordedRkeys[1].hex) // 1.18 posix: key at 12..36, length at 28..36
 	copy(b[12+posixLengthOffset:], make([]byte, 8))
-	err = checkRkey(&b)
+	err = checkRkeyInPlace(&b)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "key 2: zero where a posix reader takes its segment length")
 }
@@ -181,7 +181,7 @@ func TestSanitizedRkeyLayout(t *testing.T) {
 	for _, r := range recordedRkeys {
 		b := mustHex(r.hex)
 		orig := bytes.Clone(b)
-		require.NoError(t, checkRkey(&b))
+		require.NoError(t, checkRkeyInPlace(&b))
 		require.Equal(t, byte(0), b[len(b)-1], "%s: final NUL", r.name)
 		k, err := parseRkey(b[:len(b)-1])
 		require.NoError(t, err, "%s: the sanitized key parses", r.name)
@@ -236,7 +236,7 @@ func TestParseRkeyRandomBytes(t *testing.T) {
 		}
 		accepted++
 		c := bytes.Clone(b)
-		if err := checkRkey(&c); err != nil {
+		if err := checkRkeyInPlace(&c); err != nil {
 			require.ErrorIs(t, err, ucs.ErrInvalidParam)
 			continue
 		}
@@ -406,11 +406,20 @@ func BenchmarkCheckRkey(b *testing.B) {
 			key := mustHex(r.hex)
 			b.ReportAllocs()
 			for b.Loop() {
-				k := key
-				if err := checkRkey(&k); err != nil {
+				var scratch [rkeyScratchSize]byte
+				if _, err := checkRkey(scratch[:0], key); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+}
+
+// checkRkeyInPlace replaces *b with its checked, padded copy.
+func checkRkeyInPlace(b *[]byte) error {
+	out, err := checkRkey(nil, *b)
+	if err == nil {
+		*b = out
+	}
+	return err
 }

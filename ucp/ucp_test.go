@@ -165,10 +165,16 @@ func TestFlushWorker(t *testing.T) {
 }
 
 // A get from a target whose worker never progresses cannot complete over
-// AM-emulated RMA: Wait ends with the context's deadline.
+// AM-emulated RMA: Wait ends with the context's deadline, also when the
+// worker spins for longer than the deadline.
 func TestWaitHonoursContext(t *testing.T) {
+	t.Run("default-spin", func(t *testing.T) { testWaitHonoursContext(t) })
+	t.Run("spin-an-hour", func(t *testing.T) { testWaitHonoursContext(t, ucp.WithSpin(time.Hour)) })
+}
+
+func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	client, err := ctx.NewWorker()
+	client, err := ctx.NewWorker(opts...)
 	require.NoError(t, err)
 	defer client.Close()
 	server, err := ctx.NewWorker() // never progressed

@@ -30,29 +30,46 @@ const (
 // WorkerOption configures NewWorker.
 type WorkerOption func(*workerOptions)
 
-type workerOptions struct{ mode ThreadMode }
+type workerOptions struct {
+	mode ThreadMode
+	spin time.Duration
+}
 
 // WithThreadMode sets the worker's UCS thread mode (default Serialized).
 func WithThreadMode(m ThreadMode) WorkerOption {
 	return func(o *workerOptions) { o.mode = m }
 }
 
+// WithSpin sets how long a wait on the worker (Request.Wait, Worker.Wait,
+// Run, Flush) progresses before it sleeps on the event fd: default
+// DefaultSpin. The sleep costs a wake-up of tens of microseconds through
+// Go's netpoller; a worker that waits for a fast peer (an 8-byte get, a
+// ping-pong) and can spare a core spins longer, as C programs' busy loops
+// do. A done ctx still ends the spin.
+func WithSpin(d time.Duration) WorkerOption {
+	return func(o *workerOptions) { o.spin = max(d, 0) }
+}
+
+// DefaultSpin is a worker's spin unless WithSpin says otherwise: long
+// enough for an operation on shared memory, short enough that a worker
+// waiting for an idle peer sleeps at once.
+const DefaultSpin = 50 * time.Microsecond
+
 // pollTick bounds one sleep on the event fd.
 const pollTick = 50 * time.Millisecond
 
-// A wait progresses at least spinRounds times and for spinTime before it
-// arms the event fd and sleeps.
-const (
-	spinRounds = 64
-	spinTime   = 50 * time.Microsecond
-)
+// A wait progresses at least spinRounds times, and for the worker's spin,
+// before it arms the event fd and sleeps; a spin looks at ctx every
+// spinRounds.
+const spinRounds = 64
 
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
 type Worker struct {
-	res *handle.Resource[workerState]
-	ctx *Context
-	c   cgo.Worker
+	res  *handle.Resource[workerState]
+	ctx  *Context
+	c    cgo.Worker
+	spin time.Duration // WithSpin
 
 	mu        sync.Mutex                                // serializes every UCX call on the worker
 	seen      uint64                                    // shim events handled so far
@@ -106,7 +123,7 @@ type abandonedRequest struct {
 // NewWorker creates a worker of the context.
 func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	const op = "ucp: create worker"
-	o := workerOptions{mode: ThreadSerialized}
+	o := workerOptions{mode: ThreadSerialized, spin: DefaultSpin}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -118,7 +135,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
+	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
 	if err := w.openEventFD(); err != nil {
 		cw.Destroy()
 		return nil, err
@@ -399,9 +416,12 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		}
 	} else {
 		start := time.Now()
-		for i := 0; i < spinRounds || time.Since(start) < spinTime; i++ {
+		for i := 1; i <= spinRounds || time.Since(start) < w.spin; i++ {
 			if w.progress() > 0 || ready.ready() {
 				return nil
+			}
+			if i%spinRounds == 0 && ctx.Err() != nil {
+				break
 			}
 		}
 	}

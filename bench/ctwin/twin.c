@@ -237,7 +237,9 @@ static void wait_req_on(ucp_worker_h w, void *r)
 
 static void wait_req(void *r) { wait_req_on(client, r); }
 
-static void rma_bench(size_t n, int put, int flush)
+enum { OP_GET, OP_PUT, OP_RKEY_UNPACK };
+
+static void rma_bench(size_t n, int op, int flush)
 {
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SERIALIZED};
@@ -262,7 +264,6 @@ static void rma_bench(size_t n, int put, int flush)
     ucp_worker_release_address(server, addr);
     CHECK(ucp_rkey_pack(ctx, target, &packed, &plen));
     CHECK(ucp_ep_rkey_unpack(ep, packed, &rkey));
-    ucp_rkey_buffer_release(packed);
     stop_server = 0;
     pthread_create(&th, NULL, server_loop, NULL);
 
@@ -272,8 +273,13 @@ static void rma_bench(size_t n, int put, int flush)
     uint64_t raddr  = (uint64_t)mem_addr(target);
     void *lbuf      = mem_addr(local);
     START();
-    for (long i = 0; i < iters; ++i) {
-        wait_req(put ? ucp_put_nbx(ep, lbuf, n, raddr, rkey, &rp)
+    for (long i = 0; i < iters && op == OP_RKEY_UNPACK; ++i) {
+        ucp_rkey_h k;
+        CHECK(ucp_ep_rkey_unpack(ep, packed, &k));
+        ucp_rkey_destroy(k);
+    }
+    for (long i = 0; i < iters && op != OP_RKEY_UNPACK; ++i) {
+        wait_req(op == OP_PUT ? ucp_put_nbx(ep, lbuf, n, raddr, rkey, &rp)
                      : ucp_get_nbx(ep, lbuf, n, raddr, rkey, &rp));
         if (flush) {
             ucp_request_param_t fp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
@@ -284,6 +290,7 @@ static void rma_bench(size_t n, int put, int flush)
     stop_server = 1;
     ucp_worker_signal(server);
     pthread_join(th, NULL);
+    ucp_rkey_buffer_release(packed);
     ucp_rkey_destroy(rkey);
     ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
     void *cr = ucp_ep_close_nbx(ep, &cp);
@@ -299,14 +306,15 @@ static void rma_bench(size_t n, int put, int flush)
     ucp_worker_destroy(client);
 }
 
-static void bench_put8_flush(void) { rma_bench(8, 1, 1); }
-static void bench_get8(void)       { rma_bench(8, 0, 0); }
-static void bench_put64k(void)     { rma_bench(64 << 10, 1, 0); }
-static void bench_put1m(void)      { rma_bench(1 << 20, 1, 0); }
-static void bench_put4m(void)      { rma_bench(4 << 20, 1, 0); }
-static void bench_get64k(void)     { rma_bench(64 << 10, 0, 0); }
-static void bench_get1m(void)      { rma_bench(1 << 20, 0, 0); }
-static void bench_get4m(void)      { rma_bench(4 << 20, 0, 0); }
+static void bench_put8_flush(void)  { rma_bench(8, OP_PUT, 1); }
+static void bench_get8(void)        { rma_bench(8, OP_GET, 0); }
+static void bench_put64k(void)      { rma_bench(64 << 10, OP_PUT, 0); }
+static void bench_put1m(void)       { rma_bench(1 << 20, OP_PUT, 0); }
+static void bench_put4m(void)       { rma_bench(4 << 20, OP_PUT, 0); }
+static void bench_get64k(void)      { rma_bench(64 << 10, OP_GET, 0); }
+static void bench_get1m(void)       { rma_bench(1 << 20, OP_GET, 0); }
+static void bench_get4m(void)       { rma_bench(4 << 20, OP_GET, 0); }
+static void bench_rkey_unpack(void) { rma_bench(4096, OP_RKEY_UNPACK, 0); }
 
 static void bench_progress_idle(void)
 {
@@ -677,6 +685,7 @@ static void bench_get8_tcp(void)          { bench_remote(tls_tcp, get8); }
 static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"Register64K", bench_register64k}, {"Register4M", bench_register4m},
     {"Alloc64K", bench_alloc64k}, {"RkeyPack", bench_rkey_pack},
+    {"RkeyUnpack", bench_rkey_unpack},
     {"ExportAttempt", bench_export_attempt}, {"ZeroExportImport", bench_zero_export_import},
     {"UCTRegisterPack", bench_uct_register_pack}, {"Put8Flush", bench_put8_flush},
     {"Get8", bench_get8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
