@@ -20,7 +20,8 @@
 // wrapping ucs.ErrClosed) and the UCX object is released when nothing
 // derived from it is still open. A worker keeps its context alive, an
 // endpoint or listener its worker, a mapping its context, a remote key its
-// endpoint, and a request in flight its worker. Handles garbage collected
+// worker (not its endpoint: UCX ties keys to the worker), and a request in
+// flight its worker. Handles garbage collected
 // without Close are released by cleanups and counted by ucs.LeakedHandles.
 // Every Request must be waited for (Wait or Test until done) or cancelled;
 // until then it keeps its worker's UCX object alive.

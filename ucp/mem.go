@@ -271,7 +271,12 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 	return unsafe.Add(m.addr, off), nil
 }
 
-// RemoteKey is a peer's unpacked remote key, valid on one endpoint.
+// RemoteKey is a peer's unpacked remote key, for RMA on the endpoints of
+// the worker it was unpacked on. It keeps that worker alive, not the
+// endpoint: UCX ties a key to the worker's pool (ucp_rkey_destroy touches no
+// endpoint), so an endpoint's close never waits for keys, and an operation
+// in flight that holds a key cannot keep a force-closed endpoint from
+// ending it.
 type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
 }
@@ -312,7 +317,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	}
 	rk := &RemoteKey{}
 	rk.res.State = rkeyState{ep.w, c}
-	rk.res.Init(ep.res, releaseRkey)
+	rk.res.Init(ep.w.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
 }

@@ -50,8 +50,30 @@ func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64
 }
 
 // pinners recycles the Pinners of the []byte forms, so that they allocate
-// nothing per operation.
-var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
+// nothing per operation, and keeps every Pinner it made reachable for good.
+// A request that never completes (dropped without Wait, or abandoned to a
+// worker that is then dropped) must not let the GC collect a Pinner that
+// still pins: the runtime answers that with a panic. Its buffer stays
+// pinned instead, a leak the stuck request causes, never a crash. There are
+// as many Pinners as operations on Go memory were ever in flight at once.
+var pinners struct {
+	mu   sync.Mutex
+	all  []*runtime.Pinner
+	free []*runtime.Pinner
+}
+
+func getPinner() *runtime.Pinner {
+	pinners.mu.Lock()
+	defer pinners.mu.Unlock()
+	if n := len(pinners.free); n > 0 {
+		p := pinners.free[n-1]
+		pinners.free = pinners.free[:n-1]
+		return p
+	}
+	p := new(runtime.Pinner)
+	pinners.all = append(pinners.all, p)
+	return p
+}
 
 // pinBytes pins b for an operation that outlives the cgo call.
 func pinBytes(b []byte) (unsafe.Pointer, *runtime.Pinner) {
@@ -59,14 +81,16 @@ func pinBytes(b []byte) (unsafe.Pointer, *runtime.Pinner) {
 		return nil, nil
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b))
-	pin := pinners.Get().(*runtime.Pinner)
+	pin := getPinner()
 	pin.Pin(p)
 	return p, pin
 }
 
 func unpin(pin *runtime.Pinner) {
 	pin.Unpin()
-	pinners.Put(pin)
+	pinners.mu.Lock()
+	pinners.free = append(pinners.free, pin)
+	pinners.mu.Unlock()
 }
 
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
@@ -86,6 +110,10 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		return Request{}, closedError(op)
 	}
 	defer rkey.res.Exit()
+	if rkey.res.State.w != ep.w {
+		// UCX would return the key to the other worker's pool unlocked.
+		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on an endpoint of another worker")
+	}
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
 	}

@@ -233,6 +233,46 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	}
 }
 
+// A remote key belongs to the worker it was unpacked on: another worker's
+// endpoint refuses it, and its own endpoint's close does not wait for it.
+func TestRemoteKeyBelongsToItsWorker(t *testing.T) {
+	p := newPair(t, "posix,sysv,self", false)
+	target, err := p.ctx.MemMap(ucp.Allocate(4096))
+	require.NoError(t, err)
+	defer target.Close()
+	packed, err := target.PackRkey()
+	require.NoError(t, err)
+	rkey, err := p.ep.UnpackRkey(packed)
+	require.NoError(t, err)
+	defer rkey.Close()
+
+	caddr, err := p.client.Address()
+	require.NoError(t, err)
+	back, err := p.server.ConnectAddress(caddr, ucp.WithPeerErrorHandling(false))
+	require.NoError(t, err)
+	defer closeEP(t, back)
+	_, err = back.Get(make([]byte, 8), target.Address(), rkey)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Contains(t, err.Error(), "another worker")
+
+	// The key outlives its endpoint and works on another endpoint of its
+	// worker.
+	closeEP(t, p.ep)
+	saddr, err := p.server.Address()
+	require.NoError(t, err)
+	ep2, err := p.client.ConnectAddress(saddr, ucp.WithPeerErrorHandling(false))
+	require.NoError(t, err)
+	defer closeEP(t, ep2)
+	tb, err := target.Bytes()
+	require.NoError(t, err)
+	copy(tb, "12345678")
+	buf := make([]byte, 8)
+	req, err := ep2.Get(buf, target.Address(), rkey)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	assert.Equal(t, "12345678", string(buf))
+}
+
 func TestUseAfterClose(t *testing.T) {
 	ctx, err := ucp.NewContext()
 	require.NoError(t, err)
