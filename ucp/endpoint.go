@@ -166,8 +166,10 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // CloseForce drops them. It waits (bounded by ctx) for UCX to finish;
 // remote keys unpacked on the endpoint keep it open until they are closed.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
-	// The release runs here, or later when the last remote key or request
-	// lets go; it then has no ctx to wait on and hands the close to the worker.
+	// Nothing holds a reference on an endpoint (keys and requests hold the
+	// worker), so the release runs here, in the call that closes it, and may
+	// wait on ctx and report into the state; a cleanup releases with no ctx
+	// and hands the close to the worker.
 	if !ep.res.CloseWith(func(s *endpointState) { s.mode, s.ctx = mode, ctx }) {
 		return nil
 	}

@@ -223,8 +223,10 @@ func lcRandomPlan(r *rand.Rand, tls string, free bool) lcPlan {
 		}
 		p.steps = append(p.steps, s)
 	}
+	// Requests to complete go before the server stops and before the
+	// client endpoint's force close, which cancels them.
 	for _, s := range held {
-		last := slices.IndexFunc(p.steps, func(s lcStep) bool { return s.what == "sw" || s.what == "sep" })
+		last := slices.IndexFunc(p.steps, func(s lcStep) bool { return s.what == "sw" || s.what == "sep" || s.what == "cep" })
 		p.steps = slices.Insert(p.steps, r.IntN(last+1), s)
 	}
 	return p

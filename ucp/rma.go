@@ -110,14 +110,14 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		return Request{}, closedError(op)
 	}
 	defer rkey.res.Exit()
-	if rkey.res.State.w != ep.w {
-		// UCX would return the key to the other worker's pool unlocked.
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on an endpoint of another worker")
-	}
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
 	}
 	defer ep.res.Exit()
+	if rkey.res.State.w != ep.w {
+		// UCX would return the key to the other worker's pool unlocked.
+		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on an endpoint of another worker")
+	}
 	ep.w.mu.Lock()
 	var r cgo.Request
 	if put {
