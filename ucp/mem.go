@@ -281,15 +281,17 @@ type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
 }
 
+// rkeyState holds the worker's state, not the Worker: a request abandoned
+// to a worker holds the key, and must not keep the Worker reachable.
 type rkeyState struct {
-	w *Worker
+	w *handle.Resource[workerState]
 	c cgo.Rkey
 }
 
 func releaseRkey(s *rkeyState) {
-	s.w.mu.Lock()
+	s.w.State.mu.Lock()
 	s.c.Destroy()
-	s.w.mu.Unlock()
+	s.w.State.mu.Unlock()
 }
 
 func (rk *RemoteKey) collect() { rk.res.Collect() }
@@ -316,7 +318,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 		return nil, err
 	}
 	rk := &RemoteKey{}
-	rk.res.State = rkeyState{ep.w, c}
+	rk.res.State = rkeyState{ep.w.res, c}
 	rk.res.Init(ep.w.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil

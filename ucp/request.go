@@ -142,6 +142,9 @@ func (r *Request) Cancel() {
 
 func (r *Request) abandon() {
 	held := *r // the worker releases what it holds once UCX is done
+	// What the worker keeps must not reference the Worker: a collected
+	// worker is drained from its state alone (collectWorker).
+	held.w = nil
 	r.w.abandon(r.c, func() {
 		held.releaseHolds()
 		if held.after != nil {

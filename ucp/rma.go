@@ -114,7 +114,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		return Request{}, err
 	}
 	defer ep.res.Exit()
-	if rkey.res.State.w != ep.w {
+	if rkey.res.State.w != ep.w.res {
 		// UCX would return the key to the other worker's pool unlocked.
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on an endpoint of another worker")
 	}

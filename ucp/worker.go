@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,15 +72,13 @@ type Worker struct {
 	c    cgo.Worker
 	spin time.Duration // WithSpin
 
-	mu        sync.Mutex                                // serializes every UCX call on the worker
+	mu        *sync.Mutex                               // &res.State.mu: serializes every UCX call on the worker
 	seen      uint64                                    // shim events handled so far
 	completed uint64                                    // request completions seen so far
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[uint]*amHandler
-	abandoned []abandonedRequest
 	taken     []cgo.AMMessage // reused by progressLocked
 	msgs      []amMessage     // reused by dispatch, nil while one runs
-	draining  bool            // a drain goroutine progresses the closed worker
 
 	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
 	rc      syscall.RawConn
@@ -104,10 +103,16 @@ type Worker struct {
 	idle        atomic.Bool   // the last sleep ended by pollTick
 }
 
-// workerState is what releasing a worker frees.
+// workerState is what releasing a worker frees, and what draining it
+// needs once its Worker is garbage collected: nothing in it may reference
+// the Worker (see collectWorker).
 type workerState struct {
 	c   cgo.Worker
 	efd *os.File
+
+	mu        sync.Mutex         // serializes every UCX call on the worker
+	abandoned []abandonedRequest // requests whose waiters gave up; see Worker.abandon
+	draining  bool               // a drain goroutine progresses the closed worker
 }
 
 func releaseWorker(s *workerState) {
@@ -141,8 +146,9 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 		return nil, err
 	}
 	w.initSleep()
-	w.res = handle.New(c.res, releaseWorker, workerState{cw, w.efd})
-	handle.Track(w, w.res)
+	w.res = handle.New(c.res, releaseWorker, workerState{c: cw, efd: w.efd})
+	w.mu = &w.res.State.mu
+	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil
 }
 
@@ -266,8 +272,8 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 		}
 	}
 	var reaped []abandonedRequest
-	if len(w.abandoned) > 0 {
-		reaped = w.reapAbandoned()
+	if len(w.res.State.abandoned) > 0 {
+		reaped = w.res.State.reapAbandoned()
 	}
 	woke := n > 0
 	if c := w.c.Completions(); c != w.completed {
@@ -291,18 +297,18 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 // reapAbandoned releases requests whose waiters gave up, once UCX is done
 // with them. Called with mu held; the caller runs the returned requests'
 // after functions and drops their worker references once it has unlocked.
-func (w *Worker) reapAbandoned() (reaped []abandonedRequest) {
-	kept := w.abandoned[:0]
-	for _, a := range w.abandoned {
+func (s *workerState) reapAbandoned() (reaped []abandonedRequest) {
+	kept := s.abandoned[:0]
+	for _, a := range s.abandoned {
 		if !a.r.Done() {
 			kept = append(kept, a)
 			continue
 		}
-		w.c.Release(a.r, false)
+		s.c.Release(a.r, false)
 		reaped = append(reaped, a)
 	}
-	clear(w.abandoned[len(kept):])
-	w.abandoned = kept
+	clear(s.abandoned[len(kept):])
+	s.abandoned = kept
 	return reaped
 }
 
@@ -310,7 +316,7 @@ func (w *Worker) reapAbandoned() (reaped []abandonedRequest) {
 // UCX completes it. The request's worker reference moves with it.
 func (w *Worker) abandon(r cgo.Request, after func()) {
 	w.mu.Lock()
-	w.abandoned = append(w.abandoned, abandonedRequest{r, after})
+	w.res.State.abandoned = append(w.res.State.abandoned, abandonedRequest{r, after})
 	if w.res.Closed() {
 		w.startDrain()
 	}
@@ -321,11 +327,11 @@ func (w *Worker) abandon(r cgo.Request, after func()) {
 // unless one runs. Called with mu held, by a caller holding a reference
 // (the UCX worker is alive); the drain takes its own.
 func (w *Worker) startDrain() {
-	if w.draining || len(w.abandoned) == 0 {
+	if w.res.State.draining || len(w.res.State.abandoned) == 0 {
 		return
 	}
 	w.res.Ref()
-	w.draining = true
+	w.res.State.draining = true
 	go w.drain()
 }
 
@@ -346,13 +352,69 @@ func (w *Worker) drain() {
 	defer cancel()
 	for {
 		w.mu.Lock()
-		if len(w.abandoned) == 0 || ctx.Err() != nil {
-			w.draining = false
+		if len(w.res.State.abandoned) == 0 || ctx.Err() != nil {
+			w.res.State.draining = false
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Unlock()
 		w.waitFor(ctx, waitReady{})
+	}
+}
+
+// collectWorker is the cleanup of a Worker garbage collected without
+// Close. Requests abandoned to it (an endpoint close handed over by the
+// endpoint's own cleanup, a Wait that gave up) still hold the UCX worker,
+// and nobody progresses it any more: drainCollected finishes them from the
+// state alone, as Close's drain does for a closed worker.
+func collectWorker(r *handle.Resource[workerState]) {
+	if r.Closed() { // Close ran (and drains): the Worker is unreachable, so nothing races this
+		return
+	}
+	r.Ref() // the owner's reference is still there: keep the UCX worker for the drain
+	r.Collect()
+	s := &r.State
+	s.mu.Lock()
+	start := !s.draining && len(s.abandoned) > 0
+	s.draining = s.draining || start
+	s.mu.Unlock()
+	if start {
+		go drainCollected(r)
+		return
+	}
+	r.Release()
+}
+
+// drainCollectedPoll is how often drainCollected progresses: it has no
+// Worker, so no event-fd sleep.
+const drainCollectedPoll = time.Millisecond
+
+// drainCollected progresses a collected worker until the requests
+// abandoned to it are done, for at most drainTimeout, and drops the
+// reference collectWorker took.
+func drainCollected(r *handle.Resource[workerState]) {
+	defer r.Release()
+	s := &r.State
+	deadline := time.Now().Add(drainTimeout)
+	for {
+		s.mu.Lock()
+		s.c.Progress()
+		reaped := s.reapAbandoned()
+		done := len(s.abandoned) == 0 || time.Now().After(deadline)
+		if done {
+			s.draining = false
+		}
+		s.mu.Unlock()
+		for _, a := range reaped {
+			if a.after != nil {
+				a.after()
+			}
+			r.Release()
+		}
+		if done {
+			return
+		}
+		time.Sleep(drainCollectedPoll)
 	}
 }
 
