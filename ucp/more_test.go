@@ -77,14 +77,7 @@ func TestConnectBadAddress(t *testing.T) {
 // Many goroutines share one worker and endpoint: the worker serializes them.
 func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
 	p := newPair(t, "posix,sysv,self", false)
-	target, err := p.ctx.MemMap(ucp.Allocate(1 << 20))
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRkey()
-	require.NoError(t, err)
-	rkey, err := p.ep.UnpackRkey(packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	target, rkey := p.mapTarget(t, 1<<20)
 	tb, err := target.Bytes()
 	require.NoError(t, err)
 
@@ -133,27 +126,13 @@ func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
 // Closing parents before children is safe: children keep them alive.
 func TestCloseParentsFirst(t *testing.T) {
 	base := ucs.LiveHandles()
-	ctx, err := ucp.NewContext()
-	require.NoError(t, err)
-	w, err := ctx.NewWorker()
-	require.NoError(t, err)
-	peer, err := ctx.NewWorker()
-	require.NoError(t, err)
-	addr, err := peer.Address()
-	require.NoError(t, err)
-	ep, err := w.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
-	require.NoError(t, err)
-	mem, err := ctx.MemMap(ucp.Allocate(4096))
-	require.NoError(t, err)
-	packed, err := mem.PackRkey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(packed)
-	require.NoError(t, err)
+	h := newHandleSet(t)
+	ctx, w, peer, ep, mem, rkey := h.ctx, h.w, h.peer, h.ep, h.mem, h.rkey
 
 	require.NoError(t, ctx.Close())
 	require.NoError(t, w.Close())
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
-	_, err = mem.PackRkey()
+	_, err := mem.PackRkey()
 	require.NoError(t, err, "a mapping outlives its closed context")
 	require.NoError(t, mem.Close())
 	require.NoError(t, rkey.Close())

@@ -43,6 +43,57 @@ func newPair(t *testing.T, tls string, peerErr bool) *pair {
 	return p
 }
 
+// mapTarget allocates size bytes in the pair's context and unpacks their
+// key on the client's endpoint; both are closed when the test ends.
+func (p *pair) mapTarget(t *testing.T, size int) (*ucp.Mem, *ucp.RemoteKey) {
+	t.Helper()
+	target, err := p.ctx.MemMap(ucp.Allocate(size))
+	require.NoError(t, err)
+	t.Cleanup(func() { target.Close() })
+	packed, err := target.PackRkey()
+	require.NoError(t, err)
+	rkey, err := p.ep.UnpackRkey(packed)
+	require.NoError(t, err)
+	t.Cleanup(func() { rkey.Close() })
+	return target, rkey
+}
+
+// handleSet is one of every handle, closed by the test in its own order:
+// a context, a worker with an endpoint to a peer worker, a mapping and its
+// key unpacked on the endpoint.
+type handleSet struct {
+	ctx     *ucp.Context
+	w, peer *ucp.Worker
+	addr    []byte // peer's address
+	ep      *ucp.Endpoint
+	mem     *ucp.Mem
+	packed  []byte
+	rkey    *ucp.RemoteKey
+}
+
+func newHandleSet(t *testing.T) handleSet {
+	t.Helper()
+	var h handleSet
+	var err error
+	h.ctx, err = ucp.NewContext()
+	require.NoError(t, err)
+	h.w, err = h.ctx.NewWorker()
+	require.NoError(t, err)
+	h.peer, err = h.ctx.NewWorker()
+	require.NoError(t, err)
+	h.addr, err = h.peer.Address()
+	require.NoError(t, err)
+	h.ep, err = h.w.ConnectAddress(h.addr, ucp.WithPeerErrorHandling(false))
+	require.NoError(t, err)
+	h.mem, err = h.ctx.MemMap(ucp.Allocate(4096))
+	require.NoError(t, err)
+	h.packed, err = h.mem.PackRkey()
+	require.NoError(t, err)
+	h.rkey, err = h.ep.UnpackRkey(h.packed)
+	require.NoError(t, err)
+	return h
+}
+
 // runWorker progresses w in a goroutine until the test ends.
 func runWorker(t *testing.T, w *ucp.Worker) {
 	run, cancel := context.WithCancel(context.Background())
@@ -79,14 +130,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, tc.tls, tc.peerErr)
 			const size = 16 << 20
-			target, err := p.ctx.MemMap(ucp.Allocate(size))
-			require.NoError(t, err)
-			defer target.Close()
-			packed, err := target.PackRkey()
-			require.NoError(t, err)
-			rkey, err := p.ep.UnpackRkey(packed)
-			require.NoError(t, err)
-			defer rkey.Close()
+			target, rkey := p.mapTarget(t, size)
 
 			local, err := p.ctx.MemMap(ucp.Allocate(size))
 			require.NoError(t, err)

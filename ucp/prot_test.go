@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
@@ -310,31 +310,13 @@ func buildProtSpy(t *testing.T) string {
 	return out
 }
 
-// syncBuffer is a child's output, safe to read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // protChild is a child process of the probe.
 type protChild struct {
 	role           string
 	cmd            *exec.Cmd
 	results        chan string // lines from fd 3, closed when the child ends
 	stdin          io.WriteCloser
-	stdout, stderr syncBuffer // UCX and the spy write here
+	stdout, stderr testproc.SyncBuffer // UCX and the spy write here
 	done           chan struct{}
 }
 

@@ -237,14 +237,7 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 // endpoint refuses it, and its own endpoint's close does not wait for it.
 func TestRemoteKeyBelongsToItsWorker(t *testing.T) {
 	p := newPair(t, "posix,sysv,self", false)
-	target, err := p.ctx.MemMap(ucp.Allocate(4096))
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRkey()
-	require.NoError(t, err)
-	rkey, err := p.ep.UnpackRkey(packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	target, rkey := p.mapTarget(t, 4096)
 
 	caddr, err := p.client.Address()
 	require.NoError(t, err)
@@ -274,22 +267,8 @@ func TestRemoteKeyBelongsToItsWorker(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	ctx, err := ucp.NewContext()
-	require.NoError(t, err)
-	w, err := ctx.NewWorker()
-	require.NoError(t, err)
-	peer, err := ctx.NewWorker()
-	require.NoError(t, err)
-	addr, err := peer.Address()
-	require.NoError(t, err)
-	ep, err := w.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
-	require.NoError(t, err)
-	mem, err := ctx.MemMap(ucp.Allocate(4096))
-	require.NoError(t, err)
-	packed, err := mem.PackRkey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(packed)
-	require.NoError(t, err)
+	h := newHandleSet(t)
+	ctx, w, peer, ep, mem, packed, rkey, addr := h.ctx, h.w, h.peer, h.ep, h.mem, h.packed, h.rkey, h.addr
 	l, err := w.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 

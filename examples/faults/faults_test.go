@@ -4,13 +4,11 @@
 package faults
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 )
 
 var bin string // folder with the built programs
@@ -47,27 +46,9 @@ func TestMain(m *testing.M) {
 
 type proc struct {
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    testproc.SyncBuffer
 	done   chan struct{}
 	status error
-}
-
-// syncBuffer is the output of a running program, safe to read meanwhile.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor waits until the program has printed want.

@@ -19,6 +19,7 @@ import (
 	"github.com/ucxgo/ucx/examples/envelope"
 	"github.com/ucxgo/ucx/examples/internal/demo"
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 )
 
@@ -257,7 +258,7 @@ type netClient struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
-	out   syncBuffer
+	out   testproc.SyncBuffer
 	done  chan struct{}
 }
 
