@@ -291,7 +291,6 @@ type rkeyState struct {
 func releaseRkey(s *rkeyState) {
 	s.w.State.mu.Lock()
 	s.c.Destroy()
-	s.w.State.rkeys--
 	s.w.State.mu.Unlock()
 }
 
@@ -314,9 +313,6 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	defer ep.res.Exit()
 	ep.w.mu.Lock()
 	c, st := ep.c.UnpackRkey(padded)
-	if st == 0 {
-		ep.w.res.State.rkeys++
-	}
 	ep.w.mu.Unlock()
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
 		return nil, err

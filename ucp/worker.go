@@ -113,7 +113,6 @@ type workerState struct {
 	mu        sync.Mutex         // serializes every UCX call on the worker
 	abandoned []abandonedRequest // requests whose waiters gave up; see Worker.abandon
 	draining  bool               // a drain goroutine progresses the closed worker
-	rkeys     int                // remote keys unpacked on the worker and not yet destroyed
 }
 
 func releaseWorker(s *workerState) {
@@ -283,7 +282,12 @@ func (w *Worker) progressLocked() (int, []amMessage) {
 	w.mu.Unlock()
 	// Outside mu: dropping what a reaped request held can release a remote
 	// key or an endpoint, whose release locks mu.
-	releaseAbandoned(w.res, reaped)
+	for _, a := range reaped {
+		if a.after != nil {
+			a.after()
+		}
+		w.res.Release()
+	}
 	if woke && w.waiters.Load() > 0 {
 		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
 	}
@@ -335,71 +339,26 @@ func (w *Worker) startDrain() {
 // abandoned to it.
 const drainTimeout = 30 * time.Second
 
-// drainTimeoutForTests, when not 0, replaces drainTimeout (nanoseconds).
-var drainTimeoutForTests atomic.Int64
-
-func drainBound() time.Duration {
-	if d := drainTimeoutForTests.Load(); d != 0 {
-		return time.Duration(d)
-	}
-	return drainTimeout
-}
-
 // drain progresses a closed worker until the requests abandoned to it are
 // done. After Close nobody else progresses it, yet UCX completes requests
 // (and endpoint closes) only in progress: without this a request whose
 // waiter gave up would keep the worker, its context and what the request
-// uses alive for good. Requests that do not complete within drainTimeout
-// (their peer neither answers nor fails) go to giveUp. startDrain set
-// draining and took a reference.
+// uses alive for good. A request that does not complete within
+// drainTimeout (its peer neither answers nor fails) stays with the worker,
+// which then stays too. startDrain set draining and took a reference.
 func (w *Worker) drain() {
 	defer w.res.Release()
-	ctx, cancel := context.WithTimeout(context.Background(), drainBound())
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	for {
 		w.mu.Lock()
 		if len(w.res.State.abandoned) == 0 || ctx.Err() != nil {
-			stuck := giveUp(w.res)
 			w.res.State.draining = false
 			w.mu.Unlock()
-			releaseAbandoned(w.res, stuck)
 			return
 		}
 		w.mu.Unlock()
 		w.waitFor(ctx, waitReady{})
-	}
-}
-
-// giveUp ends a drain whose requests did not complete in time. When
-// nothing but those requests, the remote keys and the drain itself hold the
-// UCX worker (no endpoint, listener, request or received message through
-// which anyone could progress it again), the requests can never complete:
-// giveUp takes them from the worker, released in UCX, so that releaseAbandoned
-// drops what they hold and the last reference destroys the worker, which
-// ends them in UCX with nobody left to look. Otherwise they stay with the
-// worker, which stays too. Called with mu held by the drain.
-func giveUp(r *handle.Resource[workerState]) []abandonedRequest {
-	s := &r.State
-	if len(s.abandoned) == 0 || int(r.Refs()) != 1+len(s.abandoned)+s.rkeys {
-		return nil
-	}
-	stuck := s.abandoned
-	s.abandoned = nil
-	for _, a := range stuck {
-		s.c.Release(a.r, false) // freed by UCX when the worker ends it
-	}
-	return stuck
-}
-
-// releaseAbandoned runs, outside mu, what reapAbandoned or giveUp took: each
-// request's after function (unpin, drop the keys and mappings it held) and
-// its worker reference.
-func releaseAbandoned(r *handle.Resource[workerState], stuck []abandonedRequest) {
-	for _, a := range stuck {
-		if a.after != nil {
-			a.after()
-		}
-		r.Release()
 	}
 }
 
@@ -436,18 +395,22 @@ const drainCollectedPoll = time.Millisecond
 func drainCollected(r *handle.Resource[workerState]) {
 	defer r.Release()
 	s := &r.State
-	deadline := time.Now().Add(drainBound())
+	deadline := time.Now().Add(drainTimeout)
 	for {
 		s.mu.Lock()
 		s.c.Progress()
 		reaped := s.reapAbandoned()
 		done := len(s.abandoned) == 0 || time.Now().After(deadline)
 		if done {
-			reaped = append(reaped, giveUp(r)...)
 			s.draining = false
 		}
 		s.mu.Unlock()
-		releaseAbandoned(r, reaped)
+		for _, a := range reaped {
+			if a.after != nil {
+				a.after()
+			}
+			r.Release()
+		}
 		if done {
 			return
 		}

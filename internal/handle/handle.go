@@ -158,10 +158,6 @@ func (r *Resource[S]) CloseWith(set func(*S)) bool {
 // request), for a caller between Enter and Exit or holding a reference.
 func (r *Resource[S]) Ref() { r.refs.Add(1) }
 
-// Refs is the number of references held now: the owner's (until Close),
-// children's and work in flight's.
-func (r *Resource[S]) Refs() int32 { return r.refs.Load() }
-
 // Release drops a reference taken by Ref.
 func (r *Resource[S]) Release() { r.unref() }
 
