@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -40,9 +42,17 @@ type CloseMode int
 const (
 	// CloseFlush completes outstanding operations and disconnects cleanly.
 	CloseFlush CloseMode = iota
-	// CloseForce drops outstanding operations (they end with an error).
+	// CloseForce drops outstanding operations (they end with an error),
+	// after waiting up to forceCloseGrace (and within Close's ctx) for the
+	// gets in flight on the endpoint: UCX 1.18.1 and 1.23.0~rc1 abort
+	// (assertion on the worker's flush_ops_count, in ucp_get_rep_handler)
+	// when the reply to an emulated get arrives after a force close,
+	// measured. A get still in flight after the grace is forced.
 	CloseForce
 )
+
+// forceCloseGrace bounds how long a force close waits for gets in flight.
+const forceCloseGrace = time.Second
 
 // Endpoint is a connection to a peer worker.
 type Endpoint struct {
@@ -53,6 +63,11 @@ type Endpoint struct {
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
+
+	// gets counts gets in flight (their requests decrement it when done or
+	// reaped); a separate allocation, since abandoned requests keep it and
+	// must not keep the Endpoint (which holds its Worker).
+	gets *atomic.Int32
 }
 
 // endpointState is what closing the UCX endpoint needs; Close sets the mode
@@ -80,7 +95,7 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 		}
 		return nil, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{})}
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), gets: new(atomic.Int32)}
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
 	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c})
@@ -166,6 +181,15 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // CloseForce drops them. It waits (bounded by ctx) for UCX to finish;
 // remote keys unpacked on the endpoint keep it open until they are closed.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
+	if mode == CloseForce && ep.gets.Load() > 0 && !ep.res.Closed() {
+		// Let the gets finish first (see CloseForce), for at most
+		// forceCloseGrace: a force close must not hang on a peer that
+		// neither answers nor fails.
+		grace, cancel := context.WithTimeout(ctx, forceCloseGrace)
+		for ep.gets.Load() > 0 && ep.w.waitFor(grace, waitReady{zero: ep.gets}) == nil {
+		}
+		cancel()
+	}
 	// Nothing holds a reference on an endpoint (keys and requests hold the
 	// worker), so the release runs here, in the call that closes it, and may
 	// wait on ctx and report into the state; a cleanup releases with no ctx

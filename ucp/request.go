@@ -3,6 +3,7 @@ package ucp
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -21,6 +22,8 @@ type Request struct {
 	// uses are the mapping and remote key an in-flight operation uses: it
 	// holds a reference on each, so that closing them waits for it.
 	uses [2]handle.Parent
+	// gets is the endpoint's count of gets in flight, for a get.
+	gets *atomic.Int32
 	// after runs once UCX is done with the request (after Wait, Test, or
 	// when the worker reaps it once abandoned).
 	after func()
@@ -62,6 +65,10 @@ func (r *Request) finish(st ucs.Status, n uint64) {
 
 // releaseHolds unpins and drops the references of a finished operation.
 func (r *Request) releaseHolds() {
+	if r.gets != nil {
+		r.gets.Add(-1)
+		r.gets = nil
+	}
 	if r.pin != nil {
 		unpin(r.pin)
 		r.pin = nil
@@ -151,7 +158,7 @@ func (r *Request) abandon() {
 			held.after()
 		}
 	})
-	r.c.P, r.pin, r.after, r.uses = nil, nil, nil, [2]handle.Parent{}
+	r.c.P, r.pin, r.after, r.uses, r.gets = nil, nil, nil, [2]handle.Parent{}, nil
 	r.done = true
 	r.err = &ucs.Error{Op: r.op, Err: ucs.ErrCanceled, Reason: "abandoned before completion"}
 }

@@ -126,7 +126,12 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	}
 	ep.w.mu.Unlock()
-	return newRequest(ep.w, r, op, pin, mem, &rkey.res), nil
+	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
+	if !put && !req.done {
+		ep.gets.Add(1)
+		req.gets = ep.gets
+	}
+	return req, nil
 }
 
 // SendAM sends an active message with header and data to handler id on

@@ -456,11 +456,12 @@ func (w *Worker) Run(ctx context.Context) error {
 type waitReady struct {
 	req      cgo.Request // P set: ready once it is done
 	listener cgo.Listener
-	accept   bool // ready once listener has a pending request
+	accept   bool          // ready once listener has a pending request
+	zero     *atomic.Int32 // non-nil: ready once it is 0
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending())
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0)
 }
 
 // waitFor progresses, and if nothing happened and ready is not true, arms
