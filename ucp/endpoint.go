@@ -178,8 +178,9 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 }
 
 // Close disconnects: CloseFlush completes outstanding operations first,
-// CloseForce drops them. It waits (bounded by ctx) for UCX to finish;
-// remote keys unpacked on the endpoint keep it open until they are closed.
+// CloseForce drops them (see CloseForce). It waits (bounded by ctx) for UCX
+// to finish. Remote keys unpacked on the endpoint belong to its worker: they
+// stay usable on the worker's other endpoints and are closed on their own.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 	if mode == CloseForce && ep.gets.Load() > 0 && !ep.res.Closed() {
 		// Let the gets finish first (see CloseForce), for at most
