@@ -42,16 +42,19 @@ type CloseMode int
 const (
 	// CloseFlush completes outstanding operations and disconnects cleanly.
 	CloseFlush CloseMode = iota
-	// CloseForce drops outstanding operations (they end with an error),
-	// after waiting up to forceCloseGrace (and within Close's ctx) for the
-	// gets in flight on the endpoint: UCX 1.18.1 and 1.23.0~rc1 abort
-	// (assertion on the worker's flush_ops_count, in ucp_get_rep_handler)
-	// when the reply to an emulated get arrives after a force close,
-	// measured. A get still in flight after the grace is forced.
+	// CloseForce drops outstanding operations (they end with an error).
+	// When gets are in flight or puts were not flushed, it first flushes
+	// the endpoint for up to forceCloseGrace (and within Close's ctx):
+	// UCX 1.18.1 and 1.23.0~rc1 abort when the reply to an emulated get
+	// arrives after a force close (assertion on the worker's
+	// flush_ops_count, in ucp_get_rep_handler), and 1.18.1 when the peer
+	// answers a put the closed endpoint sent (ucs_fatal "Endpoint timeout"
+	// in ucp_put_handler), both measured. What the grace does not finish
+	// is forced.
 	CloseForce
 )
 
-// forceCloseGrace bounds how long a force close waits for gets in flight.
+// forceCloseGrace bounds the flush that precedes a force close.
 const forceCloseGrace = time.Second
 
 // Endpoint is a connection to a peer worker.
@@ -68,6 +71,9 @@ type Endpoint struct {
 	// reaped); a separate allocation, since abandoned requests keep it and
 	// must not keep the Endpoint (which holds its Worker).
 	gets *atomic.Int32
+	// puts counts puts started since the last Flush that completed: a put
+	// complete locally may still await the peer's acknowledgement.
+	puts atomic.Int64
 }
 
 // endpointState is what closing the UCX endpoint needs; Close sets the mode
@@ -174,7 +180,12 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, nil)
 	ep.res.Exit()
-	return req.Wait(ctx)
+	puts := ep.puts.Load()
+	err := req.Wait(ctx)
+	if err == nil {
+		ep.puts.CompareAndSwap(puts, 0) // not if a put started meanwhile
+	}
+	return err
 }
 
 // Close disconnects: CloseFlush completes outstanding operations first,
@@ -182,13 +193,12 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // to finish. Remote keys unpacked on the endpoint belong to its worker: they
 // stay usable on the worker's other endpoints and are closed on their own.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
-	if mode == CloseForce && ep.gets.Load() > 0 && !ep.res.Closed() {
-		// Let the gets finish first (see CloseForce), for at most
-		// forceCloseGrace: a force close must not hang on a peer that
-		// neither answers nor fails.
+	if mode == CloseForce && (ep.gets.Load() > 0 || ep.puts.Load() > 0) && !ep.res.Closed() {
+		// Flush first (see CloseForce), for at most forceCloseGrace: a
+		// force close must not hang on a peer that neither answers nor
+		// fails. The force close follows whatever the flush's outcome.
 		grace, cancel := context.WithTimeout(ctx, forceCloseGrace)
-		for ep.gets.Load() > 0 && ep.w.waitFor(grace, waitReady{zero: ep.gets}) == nil {
-		}
+		ep.Flush(grace)
 		cancel()
 	}
 	// Nothing holds a reference on an endpoint (keys and requests hold the

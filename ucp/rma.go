@@ -127,7 +127,9 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	}
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
-	if !put && !req.done {
+	if put {
+		ep.puts.Add(1)
+	} else if !req.done {
 		ep.gets.Add(1)
 		req.gets = ep.gets
 	}
