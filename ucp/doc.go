@@ -33,8 +33,9 @@
 // "single" thread mode is never safe by itself); workers are created
 // UCS_THREAD_MODE_SERIALIZED unless asked otherwise, and contexts share
 // workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
-// Close, Accept) sleep in Go's netpoller on the worker's event fd, not
-// holding the mutex, and honour their context.Context.
+// Close, Accept) progress the worker for a while (WithSpin), then sleep in
+// Go's netpoller on the worker's event fd, not holding the mutex, and
+// honour their context.Context.
 //
 // # Progress
 //

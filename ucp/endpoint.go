@@ -67,13 +67,36 @@ type Endpoint struct {
 	failed   chan struct{}
 	failErr  error
 
-	// gets counts gets in flight (their requests decrement it when done or
-	// reaped); a separate allocation, since abandoned requests keep it and
-	// must not keep the Endpoint (which holds its Worker).
-	gets *atomic.Int32
-	// puts counts puts started since the last Flush that completed: a put
-	// complete locally may still await the peer's acknowledgement.
-	puts atomic.Int64
+	id uint64 // tells the endpoint a remote key was unpacked on
+}
+
+// endpointIDs numbers endpoints (a C address can be reused by a later one).
+var endpointIDs atomic.Uint64
+
+// rmaCounts is what a force close looks at before it forces: gets in flight
+// (their requests decrement it when done or reaped) and puts started or
+// flushed, in sequence numbers taken under the worker's mutex. It is a
+// separate allocation, since abandoned requests keep it and must not keep
+// the Endpoint (which holds its Worker).
+type rmaCounts struct {
+	gets       atomic.Int32
+	putSeq     atomic.Uint64 // puts started
+	flushedSeq atomic.Uint64 // puts started before the last flush that completed
+}
+
+// unflushed reports whether gets are in flight or puts may await the peer.
+func (c *rmaCounts) unflushed() bool {
+	return c.gets.Load() > 0 || c.putSeq.Load() > c.flushedSeq.Load()
+}
+
+// flushed records that a flush issued after put number seq completed.
+func (c *rmaCounts) flushed(seq uint64) {
+	for {
+		old := c.flushedSeq.Load()
+		if seq <= old || c.flushedSeq.CompareAndSwap(old, seq) {
+			return
+		}
+	}
 }
 
 // endpointState is what closing the UCX endpoint needs; Close sets the mode
@@ -81,6 +104,7 @@ type Endpoint struct {
 type endpointState struct {
 	w    *Worker
 	c    cgo.Endpoint
+	rma  *rmaCounts
 	mode CloseMode
 	ctx  context.Context
 	err  error
@@ -101,10 +125,10 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 		}
 		return nil, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), gets: new(atomic.Int32)}
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1)}
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, rma: new(rmaCounts)})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -176,31 +200,23 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 		return err
 	}
 	ep.w.mu.Lock()
+	seq := ep.res.State.rma.putSeq.Load() // puts take theirs under mu too
 	r := ep.c.Flush()
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, nil)
 	ep.res.Exit()
-	puts := ep.puts.Load()
 	err := req.Wait(ctx)
 	if err == nil {
-		ep.puts.CompareAndSwap(puts, 0) // not if a put started meanwhile
+		ep.res.State.rma.flushed(seq)
 	}
 	return err
 }
 
 // Close disconnects: CloseFlush completes outstanding operations first,
 // CloseForce drops them (see CloseForce). It waits (bounded by ctx) for UCX
-// to finish. Remote keys unpacked on the endpoint belong to its worker: they
-// stay usable on the worker's other endpoints and are closed on their own.
+// to finish. Remote keys unpacked on the endpoint are only good for RMA on
+// it, but belong to its worker: closing them after the endpoint is safe.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
-	if mode == CloseForce && (ep.gets.Load() > 0 || ep.puts.Load() > 0) && !ep.res.Closed() {
-		// Flush first (see CloseForce), for at most forceCloseGrace: a
-		// force close must not hang on a peer that neither answers nor
-		// fails. The force close follows whatever the flush's outcome.
-		grace, cancel := context.WithTimeout(ctx, forceCloseGrace)
-		ep.Flush(grace)
-		cancel()
-	}
 	// Nothing holds a reference on an endpoint (keys and requests hold the
 	// worker), so the release runs here, in the call that closes it, and may
 	// wait on ctx and report into the state; a cleanup releases with no ctx
@@ -215,6 +231,9 @@ func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 // goes.
 func releaseEndpoint(s *endpointState) {
 	w := s.w
+	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.rma.unflushed() {
+		flushBeforeForce(s)
+	}
 	w.mu.Lock()
 	delete(w.eps, s.c.Handle())
 	force := s.mode == CloseForce || s.c.Error() != 0
@@ -237,6 +256,20 @@ func releaseEndpoint(s *endpointState) {
 	if err := req.Wait(s.ctx); err != nil && !force {
 		s.err = err
 	}
+}
+
+// flushBeforeForce flushes a closed endpoint (no operation can start on it
+// any more) for at most forceCloseGrace, within the Close's ctx: see
+// CloseForce. The force close follows whatever the outcome; a flush still
+// in flight is handed to the worker.
+func flushBeforeForce(s *endpointState) {
+	ctx, cancel := context.WithTimeout(s.ctx, forceCloseGrace)
+	defer cancel()
+	s.w.mu.Lock()
+	r := s.c.Flush()
+	s.w.mu.Unlock()
+	req := newRequest(s.w, r, "ucp: flush before force close", nil)
+	req.Wait(ctx)
 }
 
 // Listener accepts client-server connections on a socket address.
@@ -310,7 +343,7 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 			l.res.Exit()
 			return cr, nil
 		}
-		err := l.w.waitFor(ctx, waitReady{listener: l.c, accept: true})
+		err := l.w.waitFor(ctx, waitReady{listener: l.c, accept: true, closing: l.res})
 		l.res.Exit()
 		if err != nil {
 			return nil, err

@@ -271,12 +271,15 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 	return unsafe.Add(m.addr, off), nil
 }
 
-// RemoteKey is a peer's unpacked remote key, for RMA on the endpoints of
-// the worker it was unpacked on. It keeps that worker alive, not the
-// endpoint: UCX ties a key to the worker's pool (ucp_rkey_destroy touches no
-// endpoint), so an endpoint's close never waits for keys, and an operation
-// in flight that holds a key cannot keep a force-closed endpoint from
-// ending it.
+// RemoteKey is a peer's unpacked remote key, for RMA on the endpoint it
+// was unpacked on only (UCX applies a key's lanes to any endpoint
+// unchecked, so other endpoints refuse it). It keeps that endpoint's worker
+// alive, not the endpoint: UCX keeps keys in the worker's pool
+// (ucp_rkey_destroy touches no endpoint), so an endpoint's close never
+// waits for keys, and an operation in flight that holds a key cannot keep a
+// force-closed endpoint from ending it. UCX's documentation asks for keys
+// to be destroyed before their endpoint; the binding allows either order,
+// which the code of 1.18.1 and 1.22 supports.
 type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
 }
@@ -284,8 +287,9 @@ type RemoteKey struct {
 // rkeyState holds the worker's state, not the Worker: a request abandoned
 // to a worker holds the key, and must not keep the Worker reachable.
 type rkeyState struct {
-	w *handle.Resource[workerState]
-	c cgo.Rkey
+	w  *handle.Resource[workerState]
+	ep uint64 // the endpoint it was unpacked on (Endpoint.id)
+	c  cgo.Rkey
 }
 
 func releaseRkey(s *rkeyState) {
@@ -318,7 +322,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 		return nil, err
 	}
 	rk := &RemoteKey{}
-	rk.res.State = rkeyState{ep.w.res, c}
+	rk.res.State = rkeyState{ep.w.res, ep.id, c}
 	rk.res.Init(ep.w.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil

@@ -114,24 +114,25 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		return Request{}, err
 	}
 	defer ep.res.Exit()
-	if rkey.res.State.w != ep.w.res {
-		// UCX would return the key to the other worker's pool unlocked.
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on an endpoint of another worker")
+	if rkey.res.State.ep != ep.id {
+		// UCX takes the key's lanes from the endpoint it was unpacked on and
+		// applies them to this one unchecked.
+		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
+	counts := ep.res.State.rma
 	ep.w.mu.Lock()
 	var r cgo.Request
 	if put {
 		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.res.State.c)
+		counts.putSeq.Add(1) // under mu, as Flush reads it
 	} else {
 		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	}
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
-	if put {
-		ep.puts.Add(1)
-	} else if !req.done {
-		ep.gets.Add(1)
-		req.gets = ep.gets
+	if !put && !req.done {
+		counts.gets.Add(1)
+		req.gets = &counts.gets
 	}
 	return req, nil
 }

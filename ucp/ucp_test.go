@@ -233,9 +233,11 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	}
 }
 
-// A remote key belongs to the worker it was unpacked on: another worker's
-// endpoint refuses it, and its own endpoint's close does not wait for it.
-func TestRemoteKeyBelongsToItsWorker(t *testing.T) {
+// A remote key is good for RMA on the endpoint it was unpacked on only
+// (UCX applies its lanes to any endpoint unchecked): other endpoints, of its
+// worker or another, refuse it. It belongs to its worker, so it outlives
+// its endpoint and an endpoint's close never waits for it.
+func TestRemoteKeyOnlyOnItsEndpoint(t *testing.T) {
 	p := newPair(t, "posix,sysv,self", false)
 	target, rkey := p.mapTarget(t, 4096)
 
@@ -245,25 +247,75 @@ func TestRemoteKeyBelongsToItsWorker(t *testing.T) {
 	require.NoError(t, err)
 	defer closeEP(t, back)
 	_, err = back.Get(make([]byte, 8), target.Address(), rkey)
-	require.ErrorIs(t, err, ucs.ErrInvalidParam)
-	assert.Contains(t, err.Error(), "another worker")
+	require.ErrorIs(t, err, ucs.ErrInvalidParam, "another worker's endpoint")
+	assert.Contains(t, err.Error(), "unpacked on another endpoint")
 
-	// The key outlives its endpoint and works on another endpoint of its
-	// worker.
-	closeEP(t, p.ep)
 	saddr, err := p.server.Address()
 	require.NoError(t, err)
 	ep2, err := p.client.ConnectAddress(saddr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	defer closeEP(t, ep2)
+	_, err = ep2.Put(make([]byte, 8), target.Address(), rkey)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam, "another endpoint of the same worker")
+
 	tb, err := target.Bytes()
 	require.NoError(t, err)
 	copy(tb, "12345678")
 	buf := make([]byte, 8)
-	req, err := ep2.Get(buf, target.Address(), rkey)
+	req, err := p.ep.Get(buf, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	assert.Equal(t, "12345678", string(buf))
+
+	// The key outlives its endpoint's close, which does not wait for it.
+	live := ucs.LiveHandles()
+	closeEP(t, p.ep)
+	assert.Equal(t, live-1, ucs.LiveHandles(), "the endpoint is released though its key is open")
+	_, err = p.ep.Get(buf, target.Address(), rkey)
+	require.ErrorIs(t, err, ucs.ErrClosed)
+	require.NoError(t, rkey.Close())
+}
+
+// A worker that spins for an hour still closes at once: its Close ends the
+// spin of a Run (and a listener's Close the spin of an Accept).
+func TestLongSpinDoesNotHoldClose(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker(ucp.WithSpin(time.Hour))
+	require.NoError(t, err)
+	l, err := w.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan error, 1)
+	go func() { _, err := l.Accept(context.Background()); accepted <- err }()
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background()) }()
+	time.Sleep(50 * time.Millisecond) // both are spinning now
+
+	closed := make(chan struct{})
+	go func() { l.Close(); w.Close(); close(closed) }()
+	for _, c := range []struct {
+		what string
+		done <-chan struct{}
+	}{{"Close", closed}} {
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("HANG: %s waited for a spinning wait", c.what)
+		}
+	}
+	select {
+	case err := <-accepted:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("HANG: Accept did not end once its listener was closed")
+	}
+	select {
+	case err := <-ran:
+		if err != nil {
+			require.ErrorIs(t, err, ucs.ErrClosed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("HANG: Run did not end once its worker was closed")
+	}
 }
 
 func TestUseAfterClose(t *testing.T) {

@@ -358,7 +358,7 @@ func (w *Worker) drain() {
 			return
 		}
 		w.mu.Unlock()
-		w.waitFor(ctx, waitReady{})
+		w.waitFor(ctx, waitReady{drain: true})
 	}
 }
 
@@ -456,12 +456,15 @@ func (w *Worker) Run(ctx context.Context) error {
 type waitReady struct {
 	req      cgo.Request // P set: ready once it is done
 	listener cgo.Listener
-	accept   bool          // ready once listener has a pending request
-	zero     *atomic.Int32 // non-nil: ready once it is 0
+	accept   bool // ready once listener has a pending request
+	// closing, if set, ends a spin once its Close starts (the worker's own
+	// Close always does), so that a long WithSpin cannot hold a Close up.
+	closing interface{ Closing() bool }
+	drain   bool // the drain: spin no longer than DefaultSpin
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0)
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending())
 }
 
 // waitFor progresses, and if nothing happened and ready is not true, arms
@@ -478,12 +481,16 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 			return nil
 		}
 	} else {
+		spin := w.spin
+		if ready.drain {
+			spin = min(spin, DefaultSpin)
+		}
 		start := time.Now()
-		for i := 1; i <= spinRounds || time.Since(start) < w.spin; i++ {
+		for i := 1; i <= spinRounds || time.Since(start) < spin; i++ {
 			if w.progress() > 0 || ready.ready() {
 				return nil
 			}
-			if i%spinRounds == 0 && ctx.Err() != nil {
+			if i%spinRounds == 0 && (ctx.Err() != nil || w.res.Closing() || ready.closing != nil && ready.closing.Closing()) {
 				break
 			}
 		}

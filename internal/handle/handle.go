@@ -13,8 +13,8 @@
 // A handle dropped without Close is released by the garbage collector, in
 // one of two ways, chosen per type:
 //   - Track (a runtime cleanup) for handles that users' callbacks may
-//     reference back (workers, endpoints, listeners): cleanups are safe in
-//     reference cycles. The Resource is then a separate allocation, since a
+//     reference back (endpoints, listeners; workers use their own cleanup,
+//     which also drains them): cleanups are safe in reference cycles. The Resource is then a separate allocation, since a
 //     cleanup's argument must not point into its owner.
 //   - Finalize (a finalizer) for the leaves created on hot paths (memory
 //     mappings, remote keys): the Resource is embedded in the handle, which
@@ -50,10 +50,13 @@ type Resource[S any] struct {
 	closed bool
 	// closedFlag mirrors closed for Closed, which must not wait on mu.
 	closedFlag atomic.Bool
-	refs       atomic.Int32
-	parent     Parent
-	release    func(*S)
-	State      S
+	// closing is set when a Close starts, before it waits for operations in
+	// flight: a long operation (a busy-polling wait) looks at it to end.
+	closing atomic.Bool
+	refs    atomic.Int32
+	parent  Parent
+	release func(*S)
+	State   S
 }
 
 // New returns a Resource that frees state with release (nil: nothing to
@@ -126,7 +129,12 @@ func (r *Resource[S]) Closed() bool { return r.closedFlag.Load() }
 // Exit ends an operation started by Enter.
 func (r *Resource[S]) Exit() { r.mu.RUnlock() }
 
+// Closing reports whether a Close has started (it may be waiting for
+// operations in flight, which should then end soon).
+func (r *Resource[S]) Closing() bool { return r.closing.Load() }
+
 func (r *Resource[S]) markClosed(set func(*S)) bool {
+	r.closing.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
