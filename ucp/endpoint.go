@@ -43,18 +43,16 @@ const (
 	// CloseFlush completes outstanding operations and disconnects cleanly.
 	CloseFlush CloseMode = iota
 	// CloseForce drops outstanding operations (they end with an error).
-	// When gets are in flight or puts were not flushed, it first flushes
-	// the endpoint for up to forceCloseGrace (and within Close's ctx):
-	// UCX 1.18.1 and 1.23.0~rc1 abort when the reply to an emulated get
-	// arrives after a force close (assertion on the worker's
-	// flush_ops_count, in ucp_get_rep_handler), and 1.18.1 when the peer
-	// answers a put the closed endpoint sent (ucs_fatal "Endpoint timeout"
-	// in ucp_put_handler), both measured. What the grace does not finish
-	// is forced.
+	// When gets are in flight on the endpoint, it first waits for them, for
+	// up to forceCloseGrace (and within Close's ctx): UCX 1.18.1 and
+	// 1.23.0~rc1 abort when the reply to an emulated get arrives after a
+	// force close (assertion on the worker's flush_ops_count, in
+	// ucp_get_rep_handler), measured. Gets the grace does not finish are
+	// forced.
 	CloseForce
 )
 
-// forceCloseGrace bounds the flush that precedes a force close.
+// forceCloseGrace bounds the wait for gets that precedes a force close.
 const forceCloseGrace = time.Second
 
 // Endpoint is a connection to a peer worker.
@@ -73,38 +71,18 @@ type Endpoint struct {
 // endpointIDs numbers endpoints (a C address can be reused by a later one).
 var endpointIDs atomic.Uint64
 
-// rmaCounts is what a force close looks at before it forces: gets in flight
-// (their requests decrement it when done or reaped) and puts started or
-// flushed, in sequence numbers taken under the worker's mutex. It is a
+// getsInFlight counts an endpoint's gets in flight, for a force close to
+// wait for (their requests decrement it when done or reaped). It is a
 // separate allocation, since abandoned requests keep it and must not keep
 // the Endpoint (which holds its Worker).
-type rmaCounts struct {
-	gets       atomic.Int32
-	putSeq     atomic.Uint64 // puts started
-	flushedSeq atomic.Uint64 // puts started before the last flush that completed
-}
-
-// unflushed reports whether gets are in flight or puts may await the peer.
-func (c *rmaCounts) unflushed() bool {
-	return c.gets.Load() > 0 || c.putSeq.Load() > c.flushedSeq.Load()
-}
-
-// flushed records that a flush issued after put number seq completed.
-func (c *rmaCounts) flushed(seq uint64) {
-	for {
-		old := c.flushedSeq.Load()
-		if seq <= old || c.flushedSeq.CompareAndSwap(old, seq) {
-			return
-		}
-	}
-}
+type getsInFlight struct{ n atomic.Int32 }
 
 // endpointState is what closing the UCX endpoint needs; Close sets the mode
 // and ctx, and reads the error, around the release.
 type endpointState struct {
 	w    *Worker
 	c    cgo.Endpoint
-	rma  *rmaCounts
+	gets *getsInFlight
 	mode CloseMode
 	ctx  context.Context
 	err  error
@@ -128,7 +106,7 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1)}
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, rma: new(rmaCounts)})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight)})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -200,16 +178,11 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 		return err
 	}
 	ep.w.mu.Lock()
-	seq := ep.res.State.rma.putSeq.Load() // puts take theirs under mu too
 	r := ep.c.Flush()
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, nil)
 	ep.res.Exit()
-	err := req.Wait(ctx)
-	if err == nil {
-		ep.res.State.rma.flushed(seq)
-	}
-	return err
+	return req.Wait(ctx)
 }
 
 // Close disconnects: CloseFlush completes outstanding operations first,
@@ -231,8 +204,8 @@ func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 // goes.
 func releaseEndpoint(s *endpointState) {
 	w := s.w
-	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.rma.unflushed() {
-		flushBeforeForce(s)
+	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.n.Load() > 0 {
+		waitGetsBeforeForce(s)
 	}
 	w.mu.Lock()
 	delete(w.eps, s.c.Handle())
@@ -258,18 +231,17 @@ func releaseEndpoint(s *endpointState) {
 	}
 }
 
-// flushBeforeForce flushes a closed endpoint (no operation can start on it
-// any more) for at most forceCloseGrace, within the Close's ctx: see
-// CloseForce. The force close follows whatever the outcome; a flush still
-// in flight is handed to the worker.
-func flushBeforeForce(s *endpointState) {
+// waitGetsBeforeForce progresses the worker of a closed endpoint (no
+// operation can start on it any more) until its gets in flight are done,
+// for at most forceCloseGrace and within the Close's ctx: see CloseForce.
+// It starts no UCX request: a flush issued here was measured to stay stuck
+// behind an active message the peer never took, and to hold up the force
+// close itself.
+func waitGetsBeforeForce(s *endpointState) {
 	ctx, cancel := context.WithTimeout(s.ctx, forceCloseGrace)
 	defer cancel()
-	s.w.mu.Lock()
-	r := s.c.Flush()
-	s.w.mu.Unlock()
-	req := newRequest(s.w, r, "ucp: flush before force close", nil)
-	req.Wait(ctx)
+	for s.gets.n.Load() > 0 && s.w.waitFor(ctx, waitReady{zero: &s.gets.n}) == nil {
+	}
 }
 
 // Listener accepts client-server connections on a socket address.

@@ -199,6 +199,8 @@ func lcRandomPlan(r *rand.Rand, tls string, free bool) lcPlan {
 	}
 	if free {
 		p.smem = pick(r, "alloc", "reg")
+	} else if tls == "tcp" {
+		p.rma = pick(r, "get", "getmem") // see ucx-fatal-put-after-force-close
 	}
 	var held []lcStep // to complete before the server stops
 	for _, i := range r.Perm(len(lcStepNames)) {
@@ -879,12 +881,8 @@ var lcNamedPlans = []struct {
 	{name: "drop-worker-and-endpoint/shm-listener", drop: true,
 		plan: "shm listener run=true smem=reg rma=get/8 am=64 | rma:complete am:complete cep:drop cw:drop sep:force l rkey smem cmem sw ctx"},
 	{name: "ucx-fatal-put-after-force-close/tcp",
-		// Was a crash in UCX 1.18.1 (about 1 run in 3): the force close ran
-		// as the put completed locally, the server then served the put and
-		// its acknowledgement to the closed endpoint failed (ucs_fatal
-		// "Endpoint timeout" in ucp_put_handler). A force close now flushes
-		// unflushed puts first (within a grace), so no answer is left due.
-		plan: "tcp address run=true smem=reg rma=put/8 am=64 | rkey ctx cep:force l cmem rma:complete sw smem cw am:wait sep:flush"},
+		plan:  "tcp address run=true smem=reg rma=put/8 am=64 | rkey ctx rma:complete cep:force l cmem sw smem cw am:wait sep:flush",
+		known: "crash, in UCX (the README's known UCX issue, met on 1.18.1 in one process, about 1 run in 3, when the client endpoint's force close ran as its put completed locally): the server serves the put and its acknowledgement to the closed endpoint fails: ucp_request.inl:319 Fatal: unexpected error: Endpoint timeout, in ucp_put_handler. Force closes are no longer deferred to a put's completion, and this form did not meet it in 12 runs; puts over tcp stay out of the random sample"},
 	{name: "cancel-in-flight-get",
 		// Was a crash in UCX (1.18.1 and 1.23.0~rc1, 4 runs of 4): the get's
 		// reply arrived after the endpoint's force close and UCX failed an
@@ -948,6 +946,9 @@ func lcDropPlan(r *rand.Rand, tls, connect string) lcPlan {
 		rmaSize: pick(r, 8, 1<<20),
 		amSize:  pick(r, 64, 256<<10),
 		steps:   []lcStep{{"rma", "complete"}, {"am", "complete"}},
+	}
+	if tls == "tcp" {
+		p.rma = pick(r, "get", "getmem") // see ucx-fatal-put-after-force-close
 	}
 	drop := map[string]bool{}
 	for _, w := range lcStepNames {

@@ -119,20 +119,19 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		// applies them to this one unchecked.
 		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
-	counts := ep.res.State.rma
 	ep.w.mu.Lock()
 	var r cgo.Request
 	if put {
 		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.res.State.c)
-		counts.putSeq.Add(1) // under mu, as Flush reads it
 	} else {
 		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	}
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
 	if !put && !req.done {
-		counts.gets.Add(1)
-		req.gets = &counts.gets
+		gets := &ep.res.State.gets.n
+		gets.Add(1)
+		req.gets = gets
 	}
 	return req, nil
 }

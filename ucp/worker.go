@@ -456,7 +456,8 @@ func (w *Worker) Run(ctx context.Context) error {
 type waitReady struct {
 	req      cgo.Request // P set: ready once it is done
 	listener cgo.Listener
-	accept   bool // ready once listener has a pending request
+	accept   bool          // ready once listener has a pending request
+	zero     *atomic.Int32 // non-nil: ready once it is 0
 	// closing, if set, ends a spin once its Close starts (the worker's own
 	// Close always does), so that a long WithSpin cannot hold a Close up.
 	closing interface{ Closing() bool }
@@ -464,7 +465,7 @@ type waitReady struct {
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending())
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0)
 }
 
 // waitFor progresses, and if nothing happened and ready is not true, arms
