@@ -108,6 +108,13 @@ func (w Worker) Address() ([]byte, Status) {
 // Progress runs ucp_worker_progress once.
 func (w Worker) Progress() uint { return uint(C.ucxgo_worker_progress(w.p)) }
 
+// Spin progresses up to rounds times in one cgo call, ending early once req
+// (if started) is done or a callback queued work (Events changed). It
+// returns the sum of the rounds' counts.
+func (w Worker) Spin(req Request, rounds uint) uint {
+	return uint(C.ucxgo_worker_spin(w.p, req.P, C.unsigned(rounds)))
+}
+
 // Events is bumped by every shim callback that queued work (a message, a
 // connection request, an endpoint error). Reading it is not a cgo call.
 func (w Worker) Events() uint64 { return uint64(w.p.events) }

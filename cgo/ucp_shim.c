@@ -190,6 +190,27 @@ unsigned ucxgo_worker_progress(ucxgo_worker_t *w)
     return ucp_worker_progress(w->worker);
 }
 
+/* A spin in one crossing: up to rounds progress calls, ending early once
+ * req (if not NULL) is done or a callback queued work for Go (a message, a
+ * connection request, an endpoint error). Returns the sum of the calls'
+ * counts: a stream of fragments is progressed without returning to Go. */
+unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds)
+{
+    uint64_t events = w->events;
+    unsigned n      = 0;
+    unsigned i;
+
+    for (i = 0; i < rounds; ++i) {
+        n += ucp_worker_progress(w->worker);
+        if (((req != NULL) &&
+             __atomic_load_n(&((ucxgo_req_t *)req)->done, __ATOMIC_ACQUIRE)) ||
+            (w->events != events)) {
+            break;
+        }
+    }
+    return n;
+}
+
 ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd)
 {
     return ucp_worker_get_efd(w->worker, fd);

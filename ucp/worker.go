@@ -60,9 +60,13 @@ const DefaultSpin = 50 * time.Microsecond
 const pollTick = 50 * time.Millisecond
 
 // A wait progresses at least spinRounds times, and for the worker's spin,
-// before it arms the event fd and sleeps; a spin looks at ctx every
-// spinRounds.
-const spinRounds = 64
+// before it arms the event fd and sleeps. It spins in chunks of spinChunk
+// progress calls made in C (one cgo crossing each), and looks at the
+// clock, its ctx and a Close between chunks.
+const (
+	spinRounds = 64
+	spinChunk  = 16
+)
 
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
@@ -224,7 +228,7 @@ func (w *Worker) Progress() (int, error) {
 	if !w.res.Enter() {
 		return 0, closedError("ucp: progress worker")
 	}
-	n, msgs := w.progressLocked()
+	n, msgs := w.progressLocked(cgo.Request{}, 1)
 	w.res.Exit()
 	if len(msgs) > 0 {
 		w.dispatch(msgs)
@@ -233,17 +237,27 @@ func (w *Worker) Progress() (int, error) {
 }
 
 // progress is Progress for callers already inside Enter.
-func (w *Worker) progress() int {
-	n, msgs := w.progressLocked()
+func (w *Worker) progress() int { return w.spinOnce(cgo.Request{}, 1) }
+
+// spinOnce is up to rounds progress calls in one crossing (see cgo Spin),
+// then what every progress is followed by: messages dispatched,
+// completions noted, abandoned requests reaped.
+func (w *Worker) spinOnce(req cgo.Request, rounds uint) int {
+	n, msgs := w.progressLocked(req, rounds)
 	if len(msgs) > 0 {
 		w.dispatch(msgs)
 	}
 	return n
 }
 
-func (w *Worker) progressLocked() (int, []amMessage) {
+func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage) {
 	w.mu.Lock()
-	n := int(w.c.Progress())
+	var n int
+	if rounds <= 1 {
+		n = int(w.c.Progress())
+	} else {
+		n = int(w.c.Spin(req, rounds))
+	}
 	var msgs []amMessage
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
@@ -486,12 +500,14 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		if ready.drain {
 			spin = min(spin, DefaultSpin)
 		}
+		// Chunks of spinChunk rounds, each one crossing; the clock, ctx and
+		// a Close are looked at between chunks.
 		start := time.Now()
-		for i := 1; i <= spinRounds || time.Since(start) < spin; i++ {
-			if w.progress() > 0 || ready.ready() {
+		for i := 1; i <= spinRounds/spinChunk || time.Since(start) < spin; i++ {
+			if w.spinOnce(ready.req, spinChunk) > 0 || ready.ready() {
 				return nil
 			}
-			if i%spinRounds == 0 && (ctx.Err() != nil || w.res.Closing() || ready.closing != nil && ready.closing.Closing()) {
+			if ctx.Err() != nil || w.res.Closing() || ready.closing != nil && ready.closing.Closing() {
 				break
 			}
 		}

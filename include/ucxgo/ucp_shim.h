@@ -83,6 +83,7 @@ void ucxgo_worker_destroy(ucxgo_worker_t *w);
 ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
                                   size_t *len);
 unsigned ucxgo_worker_progress(ucxgo_worker_t *w);
+unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds);
 ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd);
 ucs_status_t ucxgo_worker_arm(ucxgo_worker_t *w);
 ucs_status_t ucxgo_worker_signal(ucxgo_worker_t *w);
