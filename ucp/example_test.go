@@ -1,9 +1,11 @@
 package ucp_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
@@ -58,4 +60,72 @@ func Example_dpuImporter() {
 
 	fmt.Printf("imported %s mapping, %d bytes, dummy %t\n", host.Kind(), host.Len(), d.Dummy)
 	// Output: imported imported mapping, 0 bytes, dummy true
+}
+
+// A latency-sensitive client: its waits busy-poll for up to a millisecond
+// before sleeping (the default is DefaultSpin), while the target worker is
+// progressed by Run, as a service's would be. The key is used on the
+// endpoint it was unpacked on.
+func ExampleWithSpin() {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	client, err := ctx.NewWorker(ucp.WithSpin(time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	target, err := ctx.NewWorker()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer target.Close()
+	run, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- target.Run(run) }()
+	defer func() { stop(); <-ran }()
+
+	addr, err := target.Address()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ep, err := client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ep.Close(context.Background(), ucp.CloseForce)
+	mem, err := ctx.MemMap(ucp.Allocate(4096))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mem.Close()
+	b, err := mem.Bytes()
+	if err != nil {
+		log.Fatal(err)
+	}
+	copy(b, "hello")
+	packed, err := mem.PackRkey() // sent to the client in a real program
+	if err != nil {
+		log.Fatal(err)
+	}
+	rkey, err := ep.UnpackRkey(packed)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rkey.Close()
+
+	buf := make([]byte, 5)
+	req, err := ep.Get(buf, mem.Address(), rkey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := req.Wait(wait); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(buf))
+	// Output: hello
 }
