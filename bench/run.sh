@@ -24,14 +24,22 @@ slow='Get8 Put64K Put1M Put4M Get64K Get1M Get4M'
 twoproc='AMPingPong8Shm AMPingPong8TCP Put8FlushShm Put8FlushTCP Get8Shm Get8TCP'
 slow_iters=$(( iters / 20 > 10 ? iters / 20 : 10 ))
 pair_iters=$(( iters / 10 > 10 ? iters / 10 : 10 ))
+# Two-process rows: the client on core 0 and its peer on core 1 (Go's peer
+# under taskset, the C twin's by sched_setaffinity, ucx_perftest's server
+# and client alike), where there are two cores (BENCH_PIN=0: no pinning).
+# Two busy-polling processes that share cores measure the scheduler.
+pin="" pin_client="" pin_server=""
+if [ "${BENCH_PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+	pin_client="taskset -c 0" pin_server="taskset -c 1"
+fi
 gobench() { # ITERS NAMES...
 	local n=$1; shift
-	timeout "$limit" bin/bench.test -test.run '^$' -test.bench "^Benchmark($(echo "$@" | tr ' ' '|'))\$" -test.benchtime "${n}x" -test.benchmem 2>"$work/go.err" |
+	timeout "$limit" $pin bin/bench.test -test.run '^$' -test.bench "^Benchmark($(echo "$@" | tr ' ' '|'))\$" -test.benchtime "${n}x" -test.benchmem 2>"$work/go.err" |
 		awk '/^Benchmark/ { sub(/^Benchmark/, "", $1); sub(/-[0-9]+$/, "", $1); a = "-"; for (i = 1; i <= NF; i++) if ($i == "allocs/op") a = $(i-1); print $1, $3, a }' ||
 		{ echo "bench: Go benchmarks failed:" >&2; cat "$work/go.err" >&2; return 1; }
 }
 twin() { # ITERS NAMES...
-	timeout "$limit" bin/twin "$@" 2>"$work/c.err" || { echo "bench: C twin failed:" >&2; cat "$work/c.err" >&2; return 1; }
+	timeout "$limit" $pin bin/twin "$@" 2>"$work/c.err" || { echo "bench: C twin failed:" >&2; cat "$work/c.err" >&2; return 1; }
 }
 
 # ucx_perftest anchors: row, test, UCX_TLS, and the factor that turns the
@@ -60,14 +68,14 @@ perftest() {
 	fi
 	for try in 1 2 3; do
 		port=$(( 20000 + RANDOM % 40000 ))
-		UCX_TLS=$tls timeout "$((pt_limit + 10))" ucx_perftest -P 0 -p "$port" </dev/null >"$work/pt.srv" 2>&1 &
+		UCX_TLS=$tls timeout "$((pt_limit + 10))" $pin_server ucx_perftest -P 0 -p "$port" </dev/null >"$work/pt.srv" 2>&1 &
 		srv=$!
 		rc=refused
 		for i in $(seq 50); do # the client does not retry: retry until the server listens
 			sleep 0.1
 			kill -0 "$srv" 2>/dev/null || { rc=noserver; break; }
 			rc=0
-			out=$(UCX_TLS=$tls timeout "$pt_limit" ucx_perftest 127.0.0.1 -P 0 -p "$port" -M serialized \
+			out=$(UCX_TLS=$tls timeout "$pt_limit" $pin_client ucx_perftest 127.0.0.1 -P 0 -p "$port" -M serialized \
 				-t "$test" -s 8 -n "$pair_iters" -w "$(( pair_iters / 10 > 10 ? pair_iters / 10 : 10 ))" -f </dev/null 2>&1) || rc=$?
 			[ "$rc" != 0 ] && grep -q 'Connection refused' <<<"$out" && { rc=refused; continue; }
 			break
@@ -94,8 +102,10 @@ perftest() {
 }
 
 for p in $(seq "$pairs"); do
-	{ gobench "$iters" $fast; gobench "$slow_iters" $slow; gobench "$pair_iters" $twoproc; } >"$work/go.$p"
-	{ twin "$iters" $fast; twin "$slow_iters" $slow; twin "$pair_iters" $twoproc; } >"$work/c.$p"
+	{ gobench "$iters" $fast; gobench "$slow_iters" $slow; } >"$work/go.$p"
+	{ pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} gobench "$pair_iters" $twoproc; } >>"$work/go.$p"
+	{ twin "$iters" $fast; twin "$slow_iters" $slow; } >"$work/c.$p"
+	{ pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} twin "$pair_iters" $twoproc; } >>"$work/c.$p"
 	while read -r row test tls factor; do perftest "$row" "$test" "$tls" "$factor"; done <<<"$anchors" >"$work/pt.$p"
 done
 

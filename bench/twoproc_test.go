@@ -22,9 +22,10 @@ import (
 )
 
 const (
-	peerEnv = "UCXGO_BENCH_PEER" // set to the UCX_TLS value: run as the peer
-	amID    = 1                  // the echo handler's id, both sides
-	warmup  = 16                 // untimed operations: wire-up completes before the loop
+	peerEnv    = "UCXGO_BENCH_PEER" // set to the UCX_TLS value: run as the peer
+	peerCPUEnv = "BENCH_PEER_CPU"   // set by run.sh: the core the peer runs on
+	amID       = 1                  // the echo handler's id, both sides
+	warmup     = 16                 // untimed operations: wire-up completes before the loop
 )
 
 // The transports of the two-process rows: shared memory between the two
@@ -163,6 +164,9 @@ func newRemote(b *testing.B, tls string) *remote {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	if cpu := os.Getenv(peerCPUEnv); cpu != "" { // run.sh: the peer on its own core
+		cmd = exec.Command("taskset", "-c", cpu, exe, "-test.run=^$", "-test.bench=^$")
+	}
 	cmd.Env = append(os.Environ(), peerEnv+"="+tls)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

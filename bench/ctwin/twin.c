@@ -5,8 +5,10 @@
  * The two-process benchmarks run this program again as their peer:
  * twin --peer TLS (see twoproc_test.go for the protocol).
  */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -432,6 +434,24 @@ static ucp_worker_h new_worker(void)
 /* The peer's loop is ucx-go's Worker.Run: progress, handle what arrived,
  * and after at least 64 idle rounds and 50 us arm and sleep on the event fd
  * (bounded by 50 ms, as ucx-go's guard tick). */
+/* run.sh's BENCH_PEER_CPU: the peer and the threads it starts on that
+ * core, as the Go peer under taskset. */
+static void pin_peer(void)
+{
+    const char *cpu = getenv("BENCH_PEER_CPU");
+    cpu_set_t set;
+
+    if ((cpu == NULL) || (*cpu == '\0')) {
+        return;
+    }
+    CPU_ZERO(&set);
+    CPU_SET(atoi(cpu), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+        perror("sched_setaffinity");
+        exit(1);
+    }
+}
+
 static void peer_main(const char *tls)
 {
     ucp_worker_h w;
@@ -444,6 +464,8 @@ static void peer_main(const char *tls)
     int efd, handled = 0;
     void *pending[64];
     int npending = 0;
+
+    pin_peer();
 
     ctx = new_context(tls);
     w   = new_worker();
