@@ -25,8 +25,14 @@ import (
 )
 
 // A peer killed while both sides stream at each other: the test process
-// and a child each put into, get from and send active messages to the
-// other; the child is killed with SIGKILL mid-stream.
+// puts into, gets from and sends active messages to a child, the child puts
+// into and sends active messages to the test process, and the child is
+// killed with SIGKILL mid-stream. The child does not get: over tcp a get is
+// served by the target's progress, and UCX (1.18.1 and 1.23.0~rc1) aborts
+// a process that serves a get for a peer that just died (ucs_fatal
+// "unexpected error: Endpoint timeout" in ucp_get_req_handler, met in this
+// test once in about 15 runs): the README's known UCX issue, which a Go
+// binding cannot catch.
 
 const (
 	streamAddrEnv = "UCXGO_STREAM_ADDR" // the test process's listener
@@ -194,13 +200,13 @@ func runStreamer() int {
 	var done atomic.Int64
 	var once sync.Once
 	go func() {
-		for done.Load() < 3*streamWindow {
+		for done.Load() < 2*streamWindow {
 			time.Sleep(time.Millisecond)
 		}
 		once.Do(func() { fmt.Println("STREAMING") })
 	}()
-	errs := make(chan error, 3)
-	for _, kind := range []string{"put", "get", "am"} {
+	errs := make(chan error, 2)
+	for _, kind := range []string{"put", "am"} { // no get: see the top of this file
 		go func() {
 			err, _ := stream(s, kind, time.Minute, nil, &done)
 			errs <- fmt.Errorf("%s: %w", kind, err)
