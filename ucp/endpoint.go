@@ -71,18 +71,15 @@ type Endpoint struct {
 // endpointIDs numbers endpoints (a C address can be reused by a later one).
 var endpointIDs atomic.Uint64
 
-// getsInFlight counts an endpoint's gets in flight, for a force close to
-// wait for (their requests decrement it when done or reaped). It is a
-// separate allocation, since abandoned requests keep it and must not keep
-// the Endpoint (which holds its Worker).
-type getsInFlight struct{ n atomic.Int32 }
-
 // endpointState is what closing the UCX endpoint needs; Close sets the mode
 // and ctx, and reads the error, around the release.
 type endpointState struct {
-	w    *Worker
-	c    cgo.Endpoint
-	gets *getsInFlight
+	w *Worker
+	c cgo.Endpoint
+	// gets counts the endpoint's gets in flight, for a force close to wait
+	// for (their requests decrement it when done or reaped). A separate
+	// allocation: abandoned requests keep it and must not keep the Endpoint.
+	gets *atomic.Int32
 	mode CloseMode
 	ctx  context.Context
 	err  error
@@ -106,7 +103,7 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1)}
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight)})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(atomic.Int32)})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -204,7 +201,7 @@ func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 // goes.
 func releaseEndpoint(s *endpointState) {
 	w := s.w
-	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.n.Load() > 0 {
+	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.Load() > 0 {
 		waitGetsBeforeForce(s)
 	}
 	w.mu.Lock()
@@ -240,7 +237,7 @@ func releaseEndpoint(s *endpointState) {
 func waitGetsBeforeForce(s *endpointState) {
 	ctx, cancel := context.WithTimeout(s.ctx, forceCloseGrace)
 	defer cancel()
-	for s.gets.n.Load() > 0 && s.w.waitFor(ctx, waitReady{zero: &s.gets.n}) == nil {
+	for s.gets.Load() > 0 && s.w.waitFor(ctx, waitReady{zero: s.gets}) == nil {
 	}
 }
 

@@ -129,9 +129,8 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
 	if !put && !req.done {
-		gets := &ep.res.State.gets.n
-		gets.Add(1)
-		req.gets = gets
+		req.gets = ep.res.State.gets
+		req.gets.Add(1)
 	}
 	return req, nil
 }

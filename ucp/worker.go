@@ -252,12 +252,7 @@ func (w *Worker) spinOnce(req cgo.Request, rounds uint) int {
 
 func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage) {
 	w.mu.Lock()
-	var n int
-	if rounds <= 1 {
-		n = int(w.c.Progress())
-	} else {
-		n = int(w.c.Spin(req, rounds))
-	}
+	n := int(w.c.Spin(req, max(rounds, 1)))
 	var msgs []amMessage
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev

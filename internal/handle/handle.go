@@ -14,8 +14,9 @@
 // one of two ways, chosen per type:
 //   - Track (a runtime cleanup) for handles that users' callbacks may
 //     reference back (endpoints, listeners; workers use their own cleanup,
-//     which also drains them): cleanups are safe in reference cycles. The Resource is then a separate allocation, since a
-//     cleanup's argument must not point into its owner.
+//     which also drains them): cleanups are safe in reference cycles. The
+//     Resource is then a separate allocation, since a cleanup's argument
+//     must not point into its owner.
 //   - Finalize (a finalizer) for the leaves created on hot paths (memory
 //     mappings, remote keys): the Resource is embedded in the handle, which
 //     makes the handle one allocation. These handles reference no user code
