@@ -36,10 +36,24 @@ func BuiltVersion() Version {
 // LoadedVersion is the release of the libucp loaded at run time
 // (ucp_get_version is UCX's only run-time version call).
 func LoadedVersion() Version {
-	var ma, mi, pa C.unsigned
-	C.ucxgo_loaded_version(&ma, &mi, &pa)
-	return Version{uint(ma), uint(mi), uint(pa)}
+	abi := C.ucxgo_abi()
+	return Version{uint(abi.major), uint(abi.minor), uint(abi.patch)}
 }
+
+// The range of releases this binding runs on: from OldestMinor, up to
+// NewestVerifiedMinor unless built with the ucxgo_unverified_ucx tag
+// (AllowUnverified).
+const (
+	OldestMinor         = C.UCXGO_OLDEST_MINOR
+	NewestVerifiedMinor = C.UCXGO_NEWEST_VERIFIED_MINOR
+)
+
+// LoadedSupported reports whether the shims can drive the loaded release.
+func LoadedSupported() bool { return C.ucxgo_abi().supported != 0 }
+
+// AttrLayoutSince is the first release of the uct_md_attr_v2_t layout the
+// shims use for the loaded release (16, 18 or 22).
+func AttrLayoutSince() uint { return uint(C.ucxgo_abi().md_attr_since) }
 
 // Crossing makes one empty call into C: the fixed cost each operation of
 // the binding pays at least once, measured by the benchmarks.

@@ -84,13 +84,14 @@ ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
     ucp_config_t *config;
     ucp_params_t params;
     ucs_status_t status;
+    unsigned api_minor;
 
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         return status;
     }
     status = ucxgo_apply_config(config, kv, kv_count, ucxgo_ucp_config_modify,
-                                failed_kv);
+                                "", failed_kv);
     if (status != UCS_OK) {
         goto out;
     }
@@ -106,7 +107,14 @@ ucs_status_t ucxgo_ucp_init(uint64_t features, int mt_workers_shared,
     params.request_init      = ucxgo_req_init;
     params.mt_workers_shared = mt_workers_shared;
     params.name              = name;
-    status = ucp_init(&params, config, ctx_p);
+    /* ucp_init passes the headers' API minor, and an older library then
+     * logs that the application needs a newer UCX: the shims use only what
+     * the loaded release has, so claim no more than that release. */
+    api_minor = UCP_API_MINOR;
+    if (ucxgo_abi()->minor < api_minor) {
+        api_minor = ucxgo_abi()->minor;
+    }
+    status = ucp_init_version(UCP_API_MAJOR, api_minor, &params, config, ctx_p);
 out:
     ucp_config_release(config);
     return status;

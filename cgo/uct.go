@@ -101,13 +101,13 @@ func attrFromC(a *C.ucxgo_md_attr_t) MDAttr {
 		CacheMemTypes: uint64(a.cache_mem_types), GVAMemTypes: uint64(a.gva_mem_types),
 		DetectMemTypes: uint64(a.detect_mem_types), AllocMemTypes: uint64(a.alloc_mem_types),
 		AccessMemTypes: uint64(a.access_mem_types), DMABufMemTypes: uint64(a.dmabuf_mem_types),
-		RegCostFixed: float64(a.reg_cost_c), RegCostPerByte: float64(a.reg_cost_m),
+		RegCostFixed: float64(a.reg_cost.c), RegCostPerByte: float64(a.reg_cost.m),
 		RkeyPackedSize: uint64(a.rkey_packed_size), ExportedMkeyPackedSize: uint64(a.exported_mkey_packed_size),
 		RegAlignment: uint64(a.reg_alignment), RequiredMemFlags: uint64(a.required_mem_flags),
 		ComponentName: C.GoString(&a.component_name[0]),
 	}
 	for i := range out.LocalCPUs {
-		out.LocalCPUs[i] = uint64(a.local_cpus[i])
+		out.LocalCPUs[i] = uint64(a.local_cpus.ucs_bits[i])
 	}
 	for i := range out.GlobalID {
 		out.GlobalID[i] = byte(a.global_id[i])
@@ -134,27 +134,27 @@ func (md MD) QueryV1() (MDAttr, Status) {
 	return attrFromC(&a), 0
 }
 
-// FieldLayout is where this build declares one uct_md_attr_v2_t field.
+// FieldLayout is where the loaded release puts one uct_md_attr_v2_t field.
 type FieldLayout struct {
 	Bit          uint64
 	Offset, Size uintptr
 	Name         string
 }
 
-// AttrV2Layout is the declared layout of uct_md_attr_v2_t: its size and fields.
+// AttrV2Layout is the uct_md_attr_v2_t layout the shims use for the loaded
+// release: its size and fields.
 func AttrV2Layout() (size uintptr, fields []FieldLayout) {
-	var p *C.ucxgo_field_layout_t
-	n := int(C.ucxgo_md_attr_v2_layout(&p))
-	for _, f := range unsafe.Slice(p, n) {
+	abi := C.ucxgo_abi()
+	for _, f := range unsafe.Slice(abi.md_attr_fields, int(abi.md_attr_nfields)) {
 		fields = append(fields, FieldLayout{uint64(f.bit), uintptr(f.offset), uintptr(f.size), C.GoString(f.name)})
 	}
-	return uintptr(C.ucxgo_md_attr_v2_size()), fields
+	return uintptr(abi.md_attr_size), fields
 }
 
 // QueryRaw runs uct_md_query_v2 with fieldMask into buf, which must be at
-// least the declared struct size; it is for the ABI self-test.
+// least the layout's size; it is for the ABI self-test.
 func (md MD) QueryRaw(fieldMask uint64, buf []byte) Status {
-	if uintptr(len(buf)) < uintptr(C.ucxgo_md_attr_v2_size()) {
+	if uintptr(len(buf)) < uintptr(C.ucxgo_abi().md_attr_size) {
 		panic("cgo: QueryRaw buffer smaller than uct_md_attr_v2_t")
 	}
 	return Status(C.ucxgo_md_query_raw(md.p, C.uint64_t(fieldMask), bytesPtr(buf)))
@@ -172,17 +172,18 @@ func (md MD) Deregister(h Memh) Status {
 	return Status(C.ucxgo_mem_dereg(md.p, h.p))
 }
 
-// Allocation is memory an MD allocated (uct_allocated_memory_t).
-type Allocation struct{ c C.uct_allocated_memory_t }
+// Allocation is memory an MD allocated (uct_allocated_memory_t, with room
+// for the larger struct of a newer library).
+type Allocation struct{ c C.ucxgo_allocated_memory_t }
 
 // Address is the first byte of the allocation.
-func (a *Allocation) Address() unsafe.Pointer { return a.c.address }
+func (a *Allocation) Address() unsafe.Pointer { return a.c.mem.address }
 
 // Length is the allocated length, which may exceed the requested one.
-func (a *Allocation) Length() uintptr { return uintptr(a.c.length) }
+func (a *Allocation) Length() uintptr { return uintptr(a.c.mem.length) }
 
 // Memh is the MD's handle of the allocation.
-func (a *Allocation) Memh() Memh { return Memh{a.c.memh} }
+func (a *Allocation) Memh() Memh { return Memh{a.c.mem.memh} }
 
 // Alloc allocates n bytes of host memory with md.
 func (md MD) Alloc(n uintptr, flags uint64) (*Allocation, Status) {

@@ -1,6 +1,8 @@
 /* C side of the UCT shims declared in include/ucxgo/shim.h. */
 #include "ucxgo/shim.h"
 
+#include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +13,96 @@ void ucxgo_built_version(unsigned *major, unsigned *minor, unsigned *patch)
     *patch = UCT_VERNO_PATCH;
 }
 
-void ucxgo_loaded_version(unsigned *major, unsigned *minor, unsigned *patch)
+#define UCXGO_FIELD(_layout, _bit, _field) \
+    { UCXGO_MD_ATTR_##_bit, offsetof(ucxgo_md_attr_v2_##_layout##_t, _field), \
+      sizeof(((ucxgo_md_attr_v2_##_layout##_t *)0)->_field), #_field, \
+      offsetof(ucxgo_md_attr_t, _field) }
+
+/* The fields every layout has, in two runs around gva_mem_types. */
+#define UCXGO_FIELDS_HEAD(_l) \
+    UCXGO_FIELD(_l, MAX_ALLOC, max_alloc), \
+    UCXGO_FIELD(_l, MAX_REG, max_reg), \
+    UCXGO_FIELD(_l, FLAGS, flags), \
+    UCXGO_FIELD(_l, REG_MEM_TYPES, reg_mem_types), \
+    UCXGO_FIELD(_l, REG_NONBLOCK_MEM_TYPES, reg_nonblock_mem_types), \
+    UCXGO_FIELD(_l, CACHE_MEM_TYPES, cache_mem_types)
+#define UCXGO_FIELDS_REST(_l) \
+    UCXGO_FIELD(_l, DETECT_MEM_TYPES, detect_mem_types), \
+    UCXGO_FIELD(_l, ALLOC_MEM_TYPES, alloc_mem_types), \
+    UCXGO_FIELD(_l, ACCESS_MEM_TYPES, access_mem_types), \
+    UCXGO_FIELD(_l, DMABUF_MEM_TYPES, dmabuf_mem_types), \
+    UCXGO_FIELD(_l, REG_COST, reg_cost), \
+    UCXGO_FIELD(_l, COMPONENT_NAME, component_name), \
+    UCXGO_FIELD(_l, RKEY_PACKED_SIZE, rkey_packed_size), \
+    UCXGO_FIELD(_l, LOCAL_CPUS, local_cpus), \
+    UCXGO_FIELD(_l, EXPORTED_MKEY_PACKED_SIZE, exported_mkey_packed_size), \
+    UCXGO_FIELD(_l, GLOBAL_ID, global_id), \
+    UCXGO_FIELD(_l, REG_ALIGNMENT, reg_alignment)
+
+static const ucxgo_field_layout_t ucxgo_md_attr_1_16[] = {
+    UCXGO_FIELDS_HEAD(1_16), UCXGO_FIELDS_REST(1_16)
+};
+static const ucxgo_field_layout_t ucxgo_md_attr_1_18[] = {
+    UCXGO_FIELDS_HEAD(1_18), UCXGO_FIELD(1_18, GVA_MEM_TYPES, gva_mem_types),
+    UCXGO_FIELDS_REST(1_18)
+};
+static const ucxgo_field_layout_t ucxgo_md_attr_1_22[] = {
+    UCXGO_FIELDS_HEAD(1_22), UCXGO_FIELD(1_22, GVA_MEM_TYPES, gva_mem_types),
+    UCXGO_FIELDS_REST(1_22),
+    UCXGO_FIELD(1_22, REQUIRED_MEM_FLAGS, required_mem_flags)
+};
+
+/* A field is copied whole into ucxgo_md_attr_t: never into less room. */
+#define UCXGO_ROOM(_f) \
+    _Static_assert(sizeof(((ucxgo_md_attr_v2_1_22_t *)0)->_f) <= \
+                   sizeof(((ucxgo_md_attr_t *)0)->_f), #_f)
+UCXGO_ROOM(max_reg); UCXGO_ROOM(reg_cost); UCXGO_ROOM(component_name);
+UCXGO_ROOM(rkey_packed_size); UCXGO_ROOM(local_cpus);
+UCXGO_ROOM(exported_mkey_packed_size); UCXGO_ROOM(global_id);
+UCXGO_ROOM(reg_alignment); UCXGO_ROOM(required_mem_flags);
+
+#define UCXGO_COUNT(_a) (sizeof(_a) / sizeof((_a)[0]))
+
+static ucxgo_abi_t ucxgo_abi_loaded;
+static pthread_once_t ucxgo_abi_once = PTHREAD_ONCE_INIT;
+
+static void ucxgo_abi_init(void)
 {
-    ucp_get_version(major, minor, patch);
+    ucxgo_abi_t *abi = &ucxgo_abi_loaded;
+    unsigned i;
+
+    ucp_get_version(&abi->major, &abi->minor, &abi->patch);
+    abi->supported = (abi->major == 1) && (abi->minor >= UCXGO_OLDEST_MINOR);
+#ifndef UCXGO_ALLOW_UNVERIFIED_UCX
+    abi->supported = abi->supported &&
+                     (abi->minor <= UCXGO_NEWEST_VERIFIED_MINOR);
+#endif
+    if (abi->minor >= 22) {
+        abi->md_attr_since   = 22;
+        abi->md_attr_size    = sizeof(ucxgo_md_attr_v2_1_22_t);
+        abi->md_attr_fields  = ucxgo_md_attr_1_22;
+        abi->md_attr_nfields = UCXGO_COUNT(ucxgo_md_attr_1_22);
+    } else if (abi->minor >= 18) {
+        abi->md_attr_since   = 18;
+        abi->md_attr_size    = sizeof(ucxgo_md_attr_v2_1_18_t);
+        abi->md_attr_fields  = ucxgo_md_attr_1_18;
+        abi->md_attr_nfields = UCXGO_COUNT(ucxgo_md_attr_1_18);
+    } else {
+        abi->md_attr_since   = 16;
+        abi->md_attr_size    = sizeof(ucxgo_md_attr_v2_1_16_t);
+        abi->md_attr_fields  = ucxgo_md_attr_1_16;
+        abi->md_attr_nfields = UCXGO_COUNT(ucxgo_md_attr_1_16);
+    }
+    for (i = 0; i < abi->md_attr_nfields; ++i) {
+        abi->md_attr_mask |= abi->md_attr_fields[i].bit;
+    }
+    abi->attach_mkey_size = abi->minor >= 19;
+}
+
+const ucxgo_abi_t *ucxgo_abi(void)
+{
+    pthread_once(&ucxgo_abi_once, ucxgo_abi_init);
+    return &ucxgo_abi_loaded;
 }
 
 ucs_status_t ucxgo_components(uct_component_h **list, unsigned *count)
@@ -64,15 +153,20 @@ ucs_status_t ucxgo_component_query(uct_component_h component,
 
 ucs_status_t ucxgo_apply_config(void *config, const char *kv, unsigned kv_count,
                                 ucs_status_t (*modify)(void *, const char *, const char *),
-                                unsigned *failed_kv)
+                                const char *prefix, unsigned *failed_kv)
 {
     const char *key = kv, *value;
+    size_t n        = strlen(prefix);
     ucs_status_t status;
     unsigned i;
 
     for (i = 0; i < kv_count; ++i) {
         value  = key + strlen(key) + 1;
         status = modify(config, key, value);
+        if ((status == UCS_ERR_NO_ELEM) && (n > 0) &&
+            (strncmp(key, prefix, n) == 0)) {
+            status = modify(config, key + n, value);
+        }
         if (status != UCS_OK) {
             *failed_kv = i;
             return status;
@@ -82,18 +176,42 @@ ucs_status_t ucxgo_apply_config(void *config, const char *kv, unsigned kv_count,
     return UCS_OK;
 }
 
+static ucs_status_t ucxgo_md_config_modify(void *config, const char *name,
+                                           const char *value)
+{
+    return uct_config_modify(config, name, value);
+}
+
+/* UCX 1.16's MD configuration takes names without the component's prefix
+ * (DIR), 1.17 and later with it (POSIX_DIR): the prefix is dropped when the
+ * name as given is unknown. */
 ucs_status_t ucxgo_md_open(uct_component_h component, const char *md_name,
                            const char *kv, unsigned kv_count, uct_md_h *md_p,
                            unsigned *failed_kv)
 {
+    uct_component_attr_t attr;
+    char prefix[UCT_COMPONENT_NAME_MAX + 2] = "";
     uct_md_config_t *config;
     ucs_status_t status;
+    unsigned i;
+    size_t n;
+
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+    if ((kv_count > 0) && (uct_component_query(component, &attr) == UCS_OK)) {
+        n = strnlen(attr.name, UCT_COMPONENT_NAME_MAX);
+        for (i = 0; i < n; ++i) {
+            prefix[i] = toupper((unsigned char)attr.name[i]);
+        }
+        prefix[n]     = '_';
+        prefix[n + 1] = '\0';
+    }
 
     status = uct_md_config_read(component, NULL, NULL, &config);
     if (status != UCS_OK) {
         return status;
     }
-    status = ucxgo_apply_config(config, kv, kv_count, uct_config_modify, failed_kv);
+    status = ucxgo_apply_config(config, kv, kv_count, ucxgo_md_config_modify,
+                                prefix, failed_kv);
     if (status == UCS_OK) {
         status = uct_md_open(component, md_name, config, md_p);
     }
@@ -101,48 +219,35 @@ ucs_status_t ucxgo_md_open(uct_component_h component, const char *md_name,
     return status;
 }
 
-static void ucxgo_copy_cpus(uint64_t *dst, const ucs_cpu_set_t *src)
-{
-    size_t i;
-    for (i = 0; i < 16; ++i) {
-        dst[i] = src->ucs_bits[i];
-    }
-}
+/* Room for the largest layout, aligned for its fields. */
+typedef union ucxgo_md_attr_v2_buf {
+    ucxgo_md_attr_v2_1_16_t v1_16;
+    ucxgo_md_attr_v2_1_18_t v1_18;
+    ucxgo_md_attr_v2_1_22_t v1_22;
+} ucxgo_md_attr_v2_buf_t;
 
 ucs_status_t ucxgo_md_query(uct_md_h md, ucxgo_md_attr_t *out)
 {
-    ucxgo_uct_md_attr_v2_t attr;
+    const ucxgo_abi_t *abi = ucxgo_abi();
+    const ucxgo_field_layout_t *f;
+    ucxgo_md_attr_v2_buf_t buf;
     ucs_status_t status;
+    unsigned i;
 
-    memset(&attr, 0, sizeof(attr));
     memset(out, 0, sizeof(*out));
-    attr.field_mask = UCXGO_MD_ATTR_ALL;
-    status = uct_md_query_v2(md, &attr);
+    if (!abi->supported) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    memset(&buf, 0, sizeof(buf));
+    buf.v1_16.field_mask = abi->md_attr_mask;
+    status = uct_md_query_v2(md, &buf);
     if (status != UCS_OK) {
         return status;
     }
-    out->max_alloc              = attr.max_alloc;
-    out->max_reg                = attr.max_reg;
-    out->flags                  = attr.flags;
-    out->reg_mem_types          = attr.reg_mem_types;
-    out->reg_nonblock_mem_types = attr.reg_nonblock_mem_types;
-    out->cache_mem_types        = attr.cache_mem_types;
-    out->gva_mem_types          = attr.gva_mem_types;
-    out->detect_mem_types       = attr.detect_mem_types;
-    out->alloc_mem_types        = attr.alloc_mem_types;
-    out->access_mem_types       = attr.access_mem_types;
-    out->dmabuf_mem_types       = attr.dmabuf_mem_types;
-    out->reg_cost_c             = attr.reg_cost.c;
-    out->reg_cost_m             = attr.reg_cost.m;
-    out->rkey_packed_size       = attr.rkey_packed_size;
-    out->exported_mkey_packed_size = attr.exported_mkey_packed_size;
-    out->reg_alignment          = attr.reg_alignment;
-#if UCXGO_UCT_MINOR >= 22
-    out->required_mem_flags     = attr.required_mem_flags;
-#endif
-    ucxgo_copy_cpus(out->local_cpus, &attr.local_cpus);
-    memcpy(out->component_name, attr.component_name, UCT_COMPONENT_NAME_MAX);
-    memcpy(out->global_id, attr.global_id, UCT_MD_GLOBAL_ID_MAX);
+    for (i = 0; i < abi->md_attr_nfields; ++i) {
+        f = &abi->md_attr_fields[i];
+        memcpy((char *)out + f->copy_offset, (char *)&buf + f->offset, f->size);
+    }
     return UCS_OK;
 }
 
@@ -164,57 +269,20 @@ ucs_status_t ucxgo_md_query_v1(uct_md_h md, ucxgo_md_attr_t *out)
     out->detect_mem_types = attr.cap.detect_mem_types;
     out->alloc_mem_types  = attr.cap.alloc_mem_types;
     out->access_mem_types = attr.cap.access_mem_types;
-    out->reg_cost_c       = attr.reg_cost.c;
-    out->reg_cost_m       = attr.reg_cost.m;
+    out->reg_cost         = attr.reg_cost;
     out->rkey_packed_size = attr.rkey_packed_size;
-    ucxgo_copy_cpus(out->local_cpus, &attr.local_cpus);
+    out->local_cpus       = attr.local_cpus;
     memcpy(out->component_name, attr.component_name, UCT_COMPONENT_NAME_MAX);
     return UCS_OK;
 }
 
 ucs_status_t ucxgo_md_query_raw(uct_md_h md, uint64_t field_mask, void *buf)
 {
-    ((ucxgo_uct_md_attr_v2_t *)buf)->field_mask = field_mask;
-    return uct_md_query_v2(md, (ucxgo_uct_md_attr_v2_t *)buf);
-}
-
-size_t ucxgo_md_attr_v2_size(void)
-{
-    return sizeof(ucxgo_uct_md_attr_v2_t);
-}
-
-#define UCXGO_FIELD(_bit, _field) \
-    { _bit, offsetof(ucxgo_uct_md_attr_v2_t, _field), \
-      sizeof(((ucxgo_uct_md_attr_v2_t *)0)->_field), #_field }
-
-static const ucxgo_field_layout_t ucxgo_md_attr_v2_fields[] = {
-    UCXGO_FIELD(UCXGO_MD_ATTR_MAX_ALLOC, max_alloc),
-    UCXGO_FIELD(UCXGO_MD_ATTR_MAX_REG, max_reg),
-    UCXGO_FIELD(UCXGO_MD_ATTR_FLAGS, flags),
-    UCXGO_FIELD(UCXGO_MD_ATTR_REG_MEM_TYPES, reg_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_REG_NONBLOCK_MEM_TYPES, reg_nonblock_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_CACHE_MEM_TYPES, cache_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_GVA_MEM_TYPES, gva_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_DETECT_MEM_TYPES, detect_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_ALLOC_MEM_TYPES, alloc_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_ACCESS_MEM_TYPES, access_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_DMABUF_MEM_TYPES, dmabuf_mem_types),
-    UCXGO_FIELD(UCXGO_MD_ATTR_REG_COST, reg_cost),
-    UCXGO_FIELD(UCXGO_MD_ATTR_COMPONENT_NAME, component_name),
-    UCXGO_FIELD(UCXGO_MD_ATTR_RKEY_PACKED_SIZE, rkey_packed_size),
-    UCXGO_FIELD(UCXGO_MD_ATTR_LOCAL_CPUS, local_cpus),
-    UCXGO_FIELD(UCXGO_MD_ATTR_EXPORTED_MKEY_PACKED_SIZE, exported_mkey_packed_size),
-    UCXGO_FIELD(UCXGO_MD_ATTR_GLOBAL_ID, global_id),
-    UCXGO_FIELD(UCXGO_MD_ATTR_REG_ALIGNMENT, reg_alignment),
-#if UCXGO_UCT_MINOR >= 22
-    UCXGO_FIELD(UCXGO_MD_ATTR_REQUIRED_MEM_FLAGS, required_mem_flags),
-#endif
-};
-
-unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields)
-{
-    *fields = ucxgo_md_attr_v2_fields;
-    return sizeof(ucxgo_md_attr_v2_fields) / sizeof(ucxgo_md_attr_v2_fields[0]);
+    if (!ucxgo_abi()->supported) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    *(uint64_t *)buf = field_mask;
+    return uct_md_query_v2(md, buf);
 }
 
 ucxgo_result_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
@@ -243,7 +311,7 @@ ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh)
 }
 
 ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
-                             uct_allocated_memory_t *mem)
+                             ucxgo_allocated_memory_t *mem)
 {
     uct_alloc_method_t method = UCT_ALLOC_METHOD_MD;
     uct_mem_alloc_params_t params;
@@ -258,12 +326,12 @@ ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
     params.mds.mds    = &md;
     params.mds.count  = 1;
     params.name       = "ucx-go";
-    return uct_mem_alloc(length, &method, 1, &params, mem);
+    return uct_mem_alloc(length, &method, 1, &params, &mem->mem);
 }
 
-ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem)
+ucs_status_t ucxgo_mem_free(ucxgo_allocated_memory_t *mem)
 {
-    return uct_mem_free(mem);
+    return uct_mem_free(&mem->mem);
 }
 
 /* Guard bytes after the packed key; UCX writing into them is an overrun. */
@@ -298,11 +366,7 @@ static ucs_status_t ucxgo_guarded_pack(uct_md_h md, uct_mem_h memh,
     if (v1) {
         status = uct_md_mkey_pack(md, memh, scratch);
     } else {
-#if UCXGO_UCT_MINOR >= 16
         status = uct_md_mkey_pack_v2(md, memh, address, length, &params, scratch);
-#else
-        status = uct_md_mkey_pack_v2(md, memh, &params, scratch);
-#endif
     }
     if (status == UCS_OK) {
         for (i = out_size; i < total; ++i) {
@@ -347,10 +411,10 @@ ucs_status_t ucxgo_mem_attach(uct_md_h md, const void *buf, size_t size,
     memset(&params, 0, sizeof(params));
     params.field_mask = UCXGO_MEM_ATTACH_FIELD_FLAGS;
     params.flags      = hide_errors ? UCXGO_MEM_ATTACH_FLAG_HIDE_ERRORS : 0;
-#if UCXGO_UCT_MINOR >= 19
-    params.field_mask |= UCXGO_MEM_ATTACH_FIELD_MKEY_SIZE;
-    params.mkey_size   = size;
-#endif
+    if (ucxgo_abi()->attach_mkey_size) {
+        params.field_mask |= UCXGO_MEM_ATTACH_FIELD_MKEY_SIZE;
+        params.mkey_size   = size;
+    }
     return uct_md_mem_attach(md, buf, &params, memh_p);
 }
 

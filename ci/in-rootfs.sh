@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # ci/in-rootfs.sh SUITE CMD...: run CMD inside the cached SUITE root filesystem
 # with /proc, /sys, /dev, /dev/shm, this repository, the Go toolchain and the
-# Go caches bind-mounted at the same paths. The mounts live in a private mount
+# Go caches bind-mounted at the same paths. In the trixie root filesystem,
+# every unpacked upstream UCX build (ci/release.sh) is mounted at
+# /opt/ucx/VERSION; UCX_RELEASE=VERSION points pkg-config and the loader at
+# one of them, as a user with UCX installed in a prefix would
+# (PKG_CONFIG_PATH and LD_LIBRARY_PATH, nothing else). The mounts live in a private mount
 # namespace (unshare -m), so they vanish with the process on exit, on failure,
 # on Ctrl-C and even on SIGKILL; the trap also unmounts them explicitly.
 set -euo pipefail
@@ -14,8 +18,16 @@ goroot=$(go env GOROOT)
 gomodcache=$(go env GOMODCACHE)
 # One build cache per suite: Go's cache key does not cover the content of
 # system headers, so objects built against one UCX must not serve the other.
-gocache=$(dirname "$(go env GOCACHE)")/ucx-go-build-$suite
+gocache=$(dirname "$(go env GOCACHE)")/ucx-go-build-$suite${UCX_RELEASE:+-$UCX_RELEASE}
 mkdir -p "$gomodcache" "$gocache"
+releases=()
+if [ "$suite" = trixie ]; then
+	for v in $("$root/ci/release.sh" --list); do releases+=("$v"); done
+fi
+if [ -n "${UCX_RELEASE:-}" ]; then
+	[ "$suite" = trixie ] || die "UCX_RELEASE needs the trixie root filesystem (the builds link against its libc), not $suite"
+	[[ " ${releases[*]} " == *" $UCX_RELEASE "* ]] || die "no UCX $UCX_RELEASE build to test against (have: ${releases[*]})"
+fi
 
 if [ -z "${UCXGO_IN_NS:-}" ]; then
 	# Modules are fetched on the host; inside, the build is offline.
@@ -51,20 +63,30 @@ bind "$root"
 bind "$goroot"
 bind "$gomodcache"
 bind "$gocache"
+for v in "${releases[@]}"; do
+	bind "$("$root/ci/release.sh" "$v")/opt/ucx/$v" "/opt/ucx/$v"
+done
 
 # Go's build cache does not hash C headers outside a package's directory:
 # key cgo builds on include/ and the suite (the Makefile does the same).
 cgo_cflags="-O2 -g -DUCXGO_HEADERS_$(cat "$root"/include/ucxgo/*.h | sha256sum | cut -c1-16)=1 -DUCXGO_SUITE_$suite=1"
+# Without UCX_RELEASE, UCXGO_ROOTFS tells ci/run.sh it is inside; with it,
+# ci/run.sh finds the release through pkg-config as on a user's machine.
+release_env=(UCXGO_ROOTFS="$suite")
+if [ -n "${UCX_RELEASE:-}" ]; then
+	cgo_cflags="$cgo_cflags -DUCXGO_RELEASE_${UCX_RELEASE//./_}=1"
+	release_env=(PKG_CONFIG_PATH="/opt/ucx/$UCX_RELEASE/lib/pkgconfig" LD_LIBRARY_PATH="/opt/ucx/$UCX_RELEASE/lib")
+fi
+
+# Settings passed through to the command inside, when set.
+for var in GOEXPERIMENT TESTFLAGS GOTEST_FLAGS TEST_PKGS UCX_TLS UCX_NET_DEVICES \
+	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS FUZZTIME; do
+	[ -n "${!var:-}" ] && release_env+=("$var=${!var}")
+done
 
 cd "$root"
 chroot "$rootfs" /usr/bin/env -i \
 	HOME=/root TERM="${TERM:-dumb}" PATH="$goroot/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	GOROOT="$goroot" GOMODCACHE="$gomodcache" GOCACHE="$gocache" GOPROXY=off GOTOOLCHAIN=local \
-	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" \
-	CI="${CI:-}" UCXGO_ROOTFS="$suite" \
-	${GOEXPERIMENT:+GOEXPERIMENT=$GOEXPERIMENT} ${TESTFLAGS:+TESTFLAGS="$TESTFLAGS"} \
-	${UCX_TLS:+UCX_TLS=$UCX_TLS} ${UCX_NET_DEVICES:+UCX_NET_DEVICES=$UCX_NET_DEVICES} \
-	${BENCH_JSON:+BENCH_JSON=$BENCH_JSON} ${BENCH_SHORT:+BENCH_SHORT=$BENCH_SHORT} \
-	${BENCH_PAIRS:+BENCH_PAIRS=$BENCH_PAIRS} ${BENCH_ITERS:+BENCH_ITERS=$BENCH_ITERS} \
-	${FUZZTIME:+FUZZTIME=$FUZZTIME} \
+	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" CI="${CI:-}" "${release_env[@]}" \
 	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"

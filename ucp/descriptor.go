@@ -50,14 +50,6 @@ func descError(format string, args ...any) error {
 	return ucs.Errorf("ucp: parse exported descriptor", ucs.ErrInvalidParam, format, args...)
 }
 
-// memoryTypeCount is UCS_MEMORY_TYPE_LAST of the release built against.
-func memoryTypeCount() int {
-	if ucs.BuiltVersion().Minor >= 21 {
-		return 10
-	}
-	return 9
-}
-
 // ParseDescriptor checks b against the exported-memh wire format of the
 // UCX release ucx-go was built for and decodes it. Every size field must
 // fit, the per-MD sections must match the MD map, and the total must be
@@ -92,7 +84,7 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 	if d.MDMap == 0 {
 		return nil, descError("empty memory-domain map")
 	}
-	if int(d.MemoryType) >= memoryTypeCount() {
+	if !d.MemoryType.KnownByLoaded() {
 		return nil, descError("unknown memory type %d", d.MemoryType)
 	}
 	if d.Length == 0 {

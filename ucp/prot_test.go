@@ -533,5 +533,5 @@ func TestProtectionFlagsPerTransport(t *testing.T) {
 	}
 	t.Logf("protection requested at map time, per transport, 64 KiB operations (UCX %s):\n"+
 		"| transport | put carried by | put into remote-read-only memory | get carried by | get from remote-write-only memory |\n"+
-		"| --- | --- | --- | --- | --- |\n%s", ucs.FormatVersion(ucs.LoadedVersion()), strings.Join(table, "\n"))
+		"| --- | --- | --- | --- | --- |\n%s", ucs.LoadedVersion().String(), strings.Join(table, "\n"))
 }

@@ -48,11 +48,10 @@ const (
 	rkeyPadByte       = 0xff
 )
 
-// The release built against, asked once (each question is a cgo call).
-var (
-	rkeyMemoryTypes = sync.OnceValue(memoryTypeCount)
-	rkeyHostOnly    = sync.OnceValue(func() bool { return ucs.BuiltVersion().Minor < 19 })
-)
+// rkeyHostOnly: the loaded release hangs inside ucp_get_nbx on a key of
+// another memory type (measured: 1.18.1, 1.19.1 and 1.20.1 hang; 1.21.0,
+// 1.22.0 and 1.23.0 answer), asked once (a cgo call).
+var rkeyHostOnly = sync.OnceValue(func() bool { return ucs.LoadedVersion().Minor < 21 })
 
 var rkeyPadding = func() (p [255]byte) {
 	for i := range p {
@@ -96,7 +95,7 @@ func walkRkey(b []byte, key func(i int, k []byte) error) (tail []byte, err error
 		return nil, rkeyError("%d bytes is shorter than the %d-byte header", len(b), rkeyHeaderSize)
 	}
 	mdMap := binary.LittleEndian.Uint64(b)
-	if int(b[8]) >= rkeyMemoryTypes() {
+	if !uct.MemoryType(b[8]).KnownByLoaded() {
 		return nil, rkeyError("unknown memory type %d", b[8])
 	}
 	p := b[rkeyHeaderSize:]
@@ -183,8 +182,8 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 		_, err := walkRkey(b, nil)
 		return nil, err
 	}
-	if mt := uct.MemoryType(b[8]); mt != uct.MemoryHost && int(mt) < rkeyMemoryTypes() && rkeyHostOnly() {
-		return nil, rkeyError("remote memory type %s: UCX 1.18 has no protocol for it here and hangs in ucp_get_nbx or aborts the worker (measured on 1.18.1), so only host memory keys are taken", mt)
+	if mt := uct.MemoryType(b[8]); mt != uct.MemoryHost && mt.KnownByLoaded() && rkeyHostOnly() {
+		return nil, rkeyError("remote memory type %s: UCX %s has no protocol for it here and hangs in ucp_get_nbx or aborts the worker (measured on 1.18.1 to 1.20.1), so only host memory keys are taken", mt, ucs.LoadedVersion())
 	}
 	local, err := rkeyLocalInfo()
 	if err != nil {

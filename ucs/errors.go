@@ -11,8 +11,9 @@ import (
 var (
 	// ErrClosed: the handle was closed.
 	ErrClosed = errors.New("use of closed handle")
-	// ErrVersionMismatch: the loaded libucx is not the release ucx-go was built for.
-	ErrVersionMismatch = errors.New("UCX version mismatch")
+	// ErrUnsupportedRelease: the loaded libucx is outside the releases
+	// ucx-go runs on (OldestRelease to NewestVerifiedRelease).
+	ErrUnsupportedRelease = errors.New("unsupported UCX release")
 )
 
 // Error is the error type of every ucx-go call.

@@ -48,12 +48,32 @@ func TestSentinelsAreDistinct(t *testing.T) {
 }
 
 func TestVersionGuard(t *testing.T) {
-	require.NoError(t, CheckVersion(), "this binary runs against the UCX it was built for")
-	require.NoError(t, checkVersions(v(1, 18, 1), v(1, 18, 0)), "patch releases may differ")
-	err := checkVersions(v(1, 18, 1), v(1, 23, 0))
-	require.ErrorIs(t, err, ErrVersionMismatch)
-	assert.Contains(t, err.Error(), "built against UCX 1.18.1 but the loaded libucx is 1.23.0")
-	require.ErrorIs(t, checkVersions(v(1, 23, 0), v(2, 23, 0)), ErrVersionMismatch)
+	require.NoError(t, CheckVersion(), "this binary runs against the loaded UCX %v", LoadedVersion())
+	for _, c := range []struct {
+		built, loaded Version
+		allow         bool
+		want          string // "" when accepted
+	}{
+		{v(1, 18, 1), v(1, 18, 0), false, ""},
+		{v(1, 18, 0), v(1, 19, 1), false, ""},
+		{v(1, 18, 0), v(1, 20, 1), false, ""},
+		{v(1, 22, 0), v(1, 16, 0), false, ""},
+		{v(1, 16, 0), v(1, 23, 0), false, ""},
+		{v(1, 18, 1), v(1, 15, 0), false, "the loaded libucx is UCX 1.15.0, older than 1.16, the oldest release ucx-go runs on (it was built against 1.18.1)"},
+		{v(1, 18, 1), v(1, 13, 1), true, "the loaded libucx is UCX 1.13.1, older than 1.16"},
+		{v(1, 23, 0), v(2, 0, 0), true, "the loaded libucx is UCX 2.0.0, older than 1.16"},
+		{v(1, 23, 0), v(1, 24, 0), false, "the loaded libucx is UCX 1.24.0, newer than 1.23, the newest release verified (ucx-go was built against 1.23.0); rebuild with -tags ucxgo_unverified_ucx"},
+		{v(1, 23, 0), v(1, 24, 0), true, ""},
+	} {
+		err := checkVersions(c.built, c.loaded, c.allow)
+		if c.want == "" {
+			assert.NoError(t, err, "built %v, loaded %v", c.built, c.loaded)
+			continue
+		}
+		require.ErrorIs(t, err, ErrUnsupportedRelease, "built %v, loaded %v", c.built, c.loaded)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	assert.Equal(t, "1.19.1", v(1, 19, 1).String())
 }
 
 func v(major, minor, patch uint) Version { return Version{Major: major, Minor: minor, Patch: patch} }

@@ -6,6 +6,9 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // MDFlags are an MD's capabilities (UCT_MD_FLAG_*).
@@ -59,6 +62,23 @@ const (
 	MemoryZEManaged
 	MemoryGaudi // UCX 1.21+
 )
+
+// KnownByLoaded reports whether the loaded UCX release has memory type t
+// (UCS_MEMORY_TYPE_LAST: 6 in 1.16, 9 in 1.17 to 1.20, 10 from 1.21 on);
+// a value from a newer peer is unknown here and UCX would index past its
+// tables with it.
+func (t MemoryType) KnownByLoaded() bool { return int(t) < loadedMemoryTypes() }
+
+var loadedMemoryTypes = sync.OnceValue(func() int {
+	switch m := ucs.LoadedVersion().Minor; {
+	case m >= 21:
+		return 10
+	case m >= 17:
+		return 9
+	default:
+		return 6
+	}
+})
 
 var memoryTypeNames = []string{
 	"host", "cuda", "cuda-managed", "rocm", "rocm-managed", "rdma",

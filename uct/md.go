@@ -46,7 +46,9 @@ type mdOptions struct{ config []string }
 
 // WithConfig sets an MD configuration value before the MD is opened
 // (uct_config_modify): name is the environment variable without "UCX_",
-// e.g. WithConfig("POSIX_DIR", "/dev/shm") or WithConfig("IB_MLX5_DEVX", "n").
+// e.g. WithConfig("POSIX_DIR", "/dev/shm") or WithConfig("IB_MLX5_DEVX", "n"),
+// on every release (UCX 1.16 itself takes "DIR": the binding drops the
+// component's prefix when the name as given is unknown).
 func WithConfig(name, value string) MDOption {
 	return func(o *mdOptions) { o.config = append(o.config, name, value) }
 }

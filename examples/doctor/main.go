@@ -32,7 +32,7 @@ func main() {
 	}
 	flag.Parse()
 
-	r := report{Built: ucs.FormatVersion(ucs.BuiltVersion()), Loaded: ucs.FormatVersion(ucs.LoadedVersion())}
+	r := report{Built: ucs.BuiltVersion().String(), Loaded: ucs.LoadedVersion().String()}
 	if err := ucs.CheckVersion(); err != nil {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		os.Exit(1)

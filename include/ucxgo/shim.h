@@ -2,7 +2,7 @@
  * ucx-go shim interface: one C function per Go-visible operation, so that
  * each operation is one cgo crossing (fill params, call UCX, return status).
  * The structs here are ucx-go's own, with one layout for every UCX release;
- * the shims translate them to the release's own types (abi.h, uct_v2.h).
+ * the shims translate them to the loaded release's own types (ucxgo_abi).
  */
 #ifndef UCXGO_SHIM_H
 #define UCXGO_SHIM_H
@@ -46,34 +46,58 @@ typedef struct ucxgo_md_attr {
     uint64_t alloc_mem_types;
     uint64_t access_mem_types;
     uint64_t dmabuf_mem_types;
-    double   reg_cost_c;
-    double   reg_cost_m;
+    ucs_linear_func_t reg_cost;
     uint64_t rkey_packed_size;
     uint64_t exported_mkey_packed_size;
     uint64_t reg_alignment;
-    uint64_t required_mem_flags;
-    uint64_t local_cpus[16];
+    uint8_t  required_mem_flags;
+    ucs_cpu_set_t local_cpus;
     char     component_name[UCT_COMPONENT_NAME_MAX + 1];
     uint8_t  global_id[UCT_MD_GLOBAL_ID_MAX];
 } ucxgo_md_attr_t;
 
-/* Layout of one uct_md_attr_v2_t field as this build declares it. */
+/* uct_allocated_memory_t grew in 1.19 (sys_device appended) and the MD
+ * allocation of 1.19 and later writes it: room for a newer library's
+ * struct whatever the headers built against. */
+typedef struct ucxgo_allocated_memory {
+    uct_allocated_memory_t mem;
+    uint8_t                room[64];
+} ucxgo_allocated_memory_t;
+
+/* One uct_md_attr_v2_t field: its bit, its place in the loaded release's
+ * layout, and its place in ucxgo_md_attr_t. */
 typedef struct ucxgo_field_layout {
     uint64_t bit;
     size_t   offset;
     size_t   size;
     const char *name;
+    size_t   copy_offset;
 } ucxgo_field_layout_t;
 
+/* What the shims use of the release loaded at run time (ucp_get_version,
+ * the only run-time version call; libuct and libucp come from one build). */
+typedef struct ucxgo_abi {
+    unsigned major, minor, patch;  /* loaded release */
+    int      supported;            /* 1.16 and later (newer only if built to allow) */
+    unsigned md_attr_since;        /* 16, 18 or 22: first release of the layout used */
+    size_t   md_attr_size;
+    uint64_t md_attr_mask;         /* every field of that layout */
+    const ucxgo_field_layout_t *md_attr_fields;
+    unsigned md_attr_nfields;
+    int      attach_mkey_size;     /* mem_attach params have mkey_size (1.19+) */
+} ucxgo_abi_t;
+
+const ucxgo_abi_t *ucxgo_abi(void);
+
 /* Applies kv_count "key\0value\0" pairs (back to back in kv) with modify;
- * on failure *failed_kv is the index of the pair. */
+ * a key unknown as given is tried again without prefix (when it starts with
+ * it). On failure *failed_kv is the index of the pair. */
 ucs_status_t ucxgo_apply_config(void *config, const char *kv, unsigned kv_count,
                                 ucs_status_t (*modify)(void *, const char *, const char *),
-                                unsigned *failed_kv);
+                                const char *prefix, unsigned *failed_kv);
 
 /* versions */
 void ucxgo_built_version(unsigned *major, unsigned *minor, unsigned *patch);
-void ucxgo_loaded_version(unsigned *major, unsigned *minor, unsigned *patch);
 
 /* UCT discovery and memory domains */
 ucs_status_t ucxgo_components(uct_component_h **list, unsigned *count);
@@ -86,10 +110,8 @@ ucs_status_t ucxgo_md_query(uct_md_h md, ucxgo_md_attr_t *attr);
 ucs_status_t ucxgo_md_query_v1(uct_md_h md, ucxgo_md_attr_t *attr);
 
 /* ABI self-check: raw v2 query into a caller buffer of at least
- * ucxgo_md_attr_v2_size() bytes, and the declared layout of each field. */
+ * ucxgo_abi()->md_attr_size bytes. */
 ucs_status_t ucxgo_md_query_raw(uct_md_h md, uint64_t field_mask, void *buf);
-size_t ucxgo_md_attr_v2_size(void);
-unsigned ucxgo_md_attr_v2_layout(const ucxgo_field_layout_t **fields);
 
 /* UCT memory */
 /* handle: the memh */
@@ -97,8 +119,8 @@ ucxgo_result_t ucxgo_mem_reg(uct_md_h md, void *address, size_t length,
                              uint64_t flags);
 ucs_status_t ucxgo_mem_dereg(uct_md_h md, uct_mem_h memh);
 ucs_status_t ucxgo_mem_alloc(uct_md_h md, size_t length, unsigned flags,
-                             uct_allocated_memory_t *mem);
-ucs_status_t ucxgo_mem_free(uct_allocated_memory_t *mem);
+                             ucxgo_allocated_memory_t *mem);
+ucs_status_t ucxgo_mem_free(ucxgo_allocated_memory_t *mem);
 
 /* Pack an rkey (flags 0) or an exported mkey (export != 0) of exactly
  * out_size bytes. UCX writes into a guarded scratch buffer first; a write
