@@ -17,7 +17,7 @@ if [ ! -f "$dir/.unpacked" ]; then
 fi
 version=$(sed -n 's/^Version: *//p' "$dir"/root/usr/lib/*/pkgconfig/ucx.pc)
 case "$version" in
-1.18.*|1.23.*) die "the host's libucx-dev is $version, a supported release: this check needs an unsupported one (Debian 12 ships 1.13)";;
+1.1[6-9].*|1.2[0-3].*) die "the host's libucx-dev is $version, a supported release: this check needs an unsupported one (Debian 12 ships 1.13)";;
 esac
 
 # pkg-config files pointing into the unpacked tree.
@@ -29,7 +29,7 @@ for name in ucx ucx-uct; do
 done
 
 out=$(cd "$root" && PKG_CONFIG_PATH="$pc" PKG_CONFIG_LIBDIR="$pc" CGO_CFLAGS="-O2 -g -DUCXGO_GUARD_CHECK_$RANDOM" go build ./uct 2>&1) && die "build against UCX $version succeeded; the version guard did not fire"
-want="ucx-go: found UCX $(echo "$version" | cut -d. -f1,2), which has no exported-mkey API; supported: UCX 1.18.x and 1.23.x; provision one with: make test"
+want="ucx-go: found UCX $(echo "$version" | cut -d. -f1,2), which has no exported-mkey API; supported: UCX 1.16 to 1.23"
 if ! grep -qF "$want" <<<"$out"; then
 	echo "$out" >&2
 	die "the build failed without the version guard's message"
@@ -38,3 +38,20 @@ errors=$(grep -c 'error:' <<<"$out" || true)
 echo "$out"
 [ "$errors" -eq 1 ] || die "expected one error line, got $errors"
 echo "ci: version guard OK: UCX $version is refused at build time with one line"
+
+# Run time: a program built against trixie's 1.18.1, loaded with the same
+# 1.13 libraries (copied under bin/, which the root filesystem sees), must
+# refuse with an error naming both releases; UCX itself would only warn.
+rm -rf "$root/bin/ucx-$version"; mkdir -p "$root/bin/ucx-$version"
+cp -a "$libdir"/lib*.so* "$root/bin/ucx-$version/"
+[ -d "$libdir/ucx" ] && cp -a "$libdir/ucx" "$root/bin/ucx-$version/"
+"$root/ci/in-rootfs.sh" trixie go build -o bin/doctor-guard ./examples/doctor
+set +e
+out=$("$root/ci/in-rootfs.sh" trixie env LD_LIBRARY_PATH="$root/bin/ucx-$version" ./bin/doctor-guard 2>&1)
+rc=$?
+set -e
+echo "$out" | grep -v '^ci:'
+[ "$rc" -ne 0 ] || die "a 1.18.1 build ran on UCX $version without an error"
+grep -qF "the loaded libucx is UCX $version, older than 1.16, the oldest release ucx-go runs on (it was built against 1.18.1)" <<<"$out" ||
+	die "the run-time refusal does not name both releases"
+echo "ci: run-time version guard OK: a 1.18.1 build refuses UCX $version"

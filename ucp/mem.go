@@ -319,7 +319,7 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	c, st := ep.c.UnpackRkey(padded)
 	ep.w.mu.Unlock()
 	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
-		return nil, err
+		return nil, explainRkeyRefusal(err, packed)
 	}
 	rk := &RemoteKey{}
 	rk.res.State = rkeyState{ep.w.res, ep.id, c}

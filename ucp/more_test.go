@@ -31,8 +31,17 @@ func TestListenerAcceptAndReject(t *testing.T) {
 
 	runWorker(t, client)
 
-	// First connection rejected, second accepted.
-	for i, accept := range []bool{false, true} {
+	// First connection rejected, second accepted. On UCX 1.16 and 1.17 a
+	// connection after a reject aborts the process in tcp_sockcm (assertion
+	// in uct_tcp_sockcm_ep_progress_send, reached through the async layer's
+	// missed-event replay: 4 of 15 runs on 1.16.0, met on 1.17.0; 0 of 15 on
+	// 1.18.0, whose async layer skips released handlers): the README's known
+	// UCX issue. There the reject is tested alone, as the last connection.
+	order := []bool{false, true}
+	if ucs.LoadedVersion().Minor < 18 {
+		order = []bool{true, false}
+	}
+	for i, accept := range order {
 		ep, err := client.Connect(l.Addr().String())
 		require.NoError(t, err)
 		cr, err := l.Accept(waitCtx(t))

@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/bits"
 	"slices"
 	"sync"
@@ -231,4 +232,31 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// explainRkeyRefusal adds the cross-release reason to UCX's refusal of a
+// key that passed checkRkey. UCX 1.16 to 1.18 register memory on tcp and
+// cma and pack an empty entry for each; from 1.19 on those transports have
+// no registration, and ucp_ep_rkey_unpack answers UCS_ERR_UNSUPPORTED for
+// such an entry wherever tcp or cma reaches the peer (measured: a 1.19.1
+// to 1.23.0 importer and a 1.16.0 to 1.18.1 exporter over tcp). The packed
+// key carries no release number, so the peer's side is named by range.
+func explainRkeyRefusal(err error, packed []byte) error {
+	loaded := ucs.LoadedVersion()
+	if loaded.Minor < 19 || !errors.Is(err, ucs.ErrUnsupported) || !hasEmptyEntry(packed) {
+		return err
+	}
+	return ucs.Errorf("ucp: unpack rkey", ucs.ErrUnsupported,
+		"UCX %s here cannot unpack a key packed by UCX 1.16 to 1.18 whose tcp or cma entry reaches this endpoint (those transports lost memory registration in 1.19); "+
+			"between such releases use active messages, or keep tcp and cma out of this side's UCX_TLS where another transport reaches the peer (see the README's UCX releases)", loaded)
+}
+
+// hasEmptyEntry reports whether a well-formed key has an entry of size 0.
+func hasEmptyEntry(b []byte) bool {
+	empty := false
+	_, _ = walkRkey(b, func(_ int, k []byte) error {
+		empty = empty || len(k) == 0
+		return nil
+	})
+	return empty
 }

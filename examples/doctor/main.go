@@ -1,6 +1,7 @@
-// Command doctor reports the UCX release ucx-go was built against and the one
-// it loaded, every UCT component and memory domain, and whether each memory
-// domain can export memory keys (and why not).
+// Command doctor reports the UCX release ucx-go was built against, the one
+// it loaded and the ABI layout it uses for it, every UCT component and
+// memory domain, and whether each memory domain can export memory keys (and
+// why not).
 //
 //	doctor [-json]
 package main
@@ -20,6 +21,7 @@ import (
 type report struct {
 	Built   string         `json:"ucx_built"`
 	Loaded  string         `json:"ucx_loaded"`
+	Layout  string         `json:"ucx_abi_layout"` // uct_md_attr_v2_t layout: "1.16", "1.18" or "1.22"
 	MDs     []uct.MDReport `json:"memory_domains"`
 	Exports int            `json:"export_capable"`
 }
@@ -37,6 +39,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		os.Exit(1)
 	}
+	r.Layout = ucs.ABILayout()
 	mds, err := uct.Probe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
@@ -61,7 +64,7 @@ func main() {
 }
 
 func printText(r report) {
-	fmt.Printf("UCX built against %s, loaded %s\n\n", r.Built, r.Loaded)
+	fmt.Printf("UCX built against %s, loaded %s (uct_md_attr_v2_t layout of UCX %s and later)\n\n", r.Built, r.Loaded, r.Layout)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "COMPONENT\tMD\tFLAGS\tRKEY\tEXPORTED\tGLOBAL ID\tEXPORT")
 	for _, m := range r.MDs {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
 )
 
@@ -33,7 +34,7 @@ func runDoctor(t *testing.T, args ...string) string {
 
 func TestDoctorListsEveryMDWithVerdict(t *testing.T) {
 	out := runDoctor(t)
-	assert.Regexp(t, `UCX built against 1\.\d+\.\d+, loaded 1\.\d+\.\d+`, out)
+	assert.Regexp(t, `UCX built against 1\.\d+\.\d+, loaded 1\.\d+\.\d+ \(uct_md_attr_v2_t layout of UCX 1\.(16|18|22) and later\)`, out)
 	reports, err := uct.Probe()
 	require.NoError(t, err)
 	for _, name := range []string{"self", "tcp", "sysv", "posix", "cma"} {
@@ -51,7 +52,8 @@ func TestDoctorJSON(t *testing.T) {
 	var r report
 	require.NoError(t, json.Unmarshal([]byte(runDoctor(t, "-json")), &r))
 	assert.NotEmpty(t, r.Built)
-	assert.Equal(t, r.Built, r.Loaded)
+	assert.Equal(t, ucs.LoadedVersion().String(), r.Loaded)
+	assert.Equal(t, ucs.ABILayout(), r.Layout)
 	names := map[string]bool{}
 	for _, m := range r.MDs {
 		names[m.MD] = true

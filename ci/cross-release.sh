@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# ci/cross-release.sh: one binary, any supported UCX. Test binaries of
+# packages cgo, uct and ucp are built against one upstream release each
+# (XREL_BUILDS) and run against the other releases' libraries, with nothing
+# but LD_LIBRARY_PATH changed (the soname is libucp.so.0 in every release):
+# cgo and uct against every release, ucp on the pairs of XREL_UCP_PAIRS
+# (build:loaded). Then a program built against Debian trixie's 1.18.1 runs
+# on Debian forky's 1.23.0. Runs as root (root filesystems, see README).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+builds=${XREL_BUILDS:-1.18.0 1.19.1 1.20.1 1.22.0}
+pairs=${XREL_UCP_PAIRS:-1.18.0:1.19.1 1.18.0:1.20.1 1.19.1:1.18.0 1.20.1:1.18.0 1.22.0:1.16.0 1.16.0:1.22.0}
+out=bin/xrel
+
+if [ "${1:-}" = --inside ]; then
+	# Inside the trixie root filesystem: every release is at /opt/ucx/V,
+	# and /usr/lib holds Debian's 1.18.1 ("debian").
+	shift
+	fail=0
+	run() { # run BUILD LOADED PKG
+		local b=$1 l=$2 pkg=$3 lib="" rc=0 log
+		[ "$l" = debian ] || lib=/opt/ucx/$l/lib
+		log=$(cd "$pkg" && LD_LIBRARY_PATH=$lib "$root/$out/$b/$pkg.test" -test.count=1 -test.timeout=10m 2>&1) || rc=$?
+		if [ $rc = 0 ]; then
+			echo "PASS $pkg built against $b, run on $l ($(tail -n1 <<<"$log"))"
+		else
+			echo "$log" | tail -n 40
+			echo "FAIL $pkg built against $b, run on $l (exit $rc)"
+			fail=1
+		fi
+	}
+	for b in $builds; do
+		for l in $(ls /opt/ucx) debian; do
+			[ "$l" = "$b" ] && continue
+			run "$b" "$l" cgo
+			run "$b" "$l" uct
+		done
+	done
+	for p in $pairs; do
+		run "${p%%:*}" "${p##*:}" ucp
+	done
+	exit $fail
+fi
+
+for b in $(echo "$builds" "$pairs" | tr ' :' '\n\n' | sort -u); do
+	[ -n "$b" ] || continue
+	mkdir -p "$out/$b"
+	echo "== building the cgo, uct and ucp test binaries against UCX $b"
+	UCX_RELEASE=$b ci/in-rootfs.sh trixie sh -c "for p in cgo uct ucp; do go test -c -o $out/$b/\$p.test ./\$p || exit 1; done"
+done
+echo "== running them against the other releases"
+ci/in-rootfs.sh trixie env XREL_BUILDS="$builds" XREL_UCP_PAIRS="$pairs" ci/cross-release.sh --inside
+
+echo "== a program built against Debian trixie's UCX 1.18.1, run on Debian forky's 1.23.0"
+ci/in-rootfs.sh trixie go build -o bin/doctor-ucx1.18 ./examples/doctor
+report=$(ci/in-rootfs.sh forky ./bin/doctor-ucx1.18 2>&1) || { echo "$report"; die "the 1.18.1 build failed on UCX 1.23.0"; }
+echo "$report" | head -n 12
+grep -q "loaded.*1\.23\.0" <<<"$report" || die "the doctor does not report the loaded 1.23.0"
+echo "ci: cross-release OK"
