@@ -151,7 +151,7 @@ func newPair(b *testing.B, size int) *pair {
 	}
 	p := &pair{ctx: ctx, client: client, ep: ep, target: mapped(b, ctx, size), local: mapped(b, ctx, size)}
 	packed, _ := p.target.PackRkey()
-	if p.rkey, err = ep.UnpackRkey(packed); err != nil {
+	if p.rkey, err = ep.UnpackRkey(context.Background(), packed); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -175,7 +175,7 @@ func BenchmarkRkeyUnpack(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		rk, err := p.ep.UnpackRkey(packed)
+		rk, err := p.ep.UnpackRkey(context.Background(), packed)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -228,7 +228,7 @@ func newRemote(b *testing.B, tls string) *remote {
 	if r.ep, err = w.ConnectAddress(paddr, ucp.WithPeerErrorHandling(false)); err != nil {
 		b.Fatal(err)
 	}
-	if r.rkey, err = r.ep.UnpackRkey(prkey); err != nil {
+	if r.rkey, err = r.ep.UnpackRkey(context.Background(), prkey); err != nil {
 		b.Fatal(err)
 	}
 	addr, err := w.Address()

@@ -37,7 +37,7 @@ func TestAbandonedRequestReleasingLastKeyReferenceDoesNotDeadlock(t *testing.T) 
 	require.NoError(t, err)
 	packed, err := target.PackRkey()
 	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(packed)
+	rkey, err := ep.UnpackRkey(context.Background(), packed)
 	require.NoError(t, err)
 
 	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)

@@ -179,7 +179,7 @@ func connectChild(t *testing.T, c *child) *client {
 	select {
 	case m := <-got:
 		cl.raddr = m.addr
-		cl.rkey, err = cl.ep.UnpackRkey(m.packed)
+		cl.rkey, err = cl.ep.UnpackRkey(context.Background(), m.packed)
 		require.NoError(t, err)
 		t.Cleanup(func() { cl.rkey.Close() })
 	case <-time.After(20 * time.Second):

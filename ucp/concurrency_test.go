@@ -149,7 +149,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 		t.Cleanup(func() { closeEP(t, ep) })
 		packed, err := srv.target.PackRkey()
 		require.NoError(t, err)
-		rkey, err := ep.UnpackRkey(packed)
+		rkey, err := ep.UnpackRkey(context.Background(), packed)
 		require.NoError(t, err)
 		t.Cleanup(func() { rkey.Close() })
 		links[i] = link{ep, rkey, srv}

@@ -66,6 +66,10 @@ type Endpoint struct {
 	failErr  error
 
 	id uint64 // tells the endpoint a remote key was unpacked on
+
+	// wiring: made through a listener, and no flush has completed on it
+	// yet, so its UCX configuration may still change (see UnpackRkey).
+	wiring atomic.Bool
 }
 
 // endpointIDs numbers endpoints (a C address can be reused by a later one).
@@ -85,7 +89,7 @@ type endpointState struct {
 	err  error
 }
 
-func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
+func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
 	if !w.res.Enter() {
 		return nil, closedError(op)
 	}
@@ -101,6 +105,7 @@ func (w *Worker) newEndpoint(op string, create func() (cgo.Endpoint, cgo.Status)
 		return nil, e
 	}
 	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1)}
+	ep.wiring.Store(wiring)
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
 	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(atomic.Int32)})
@@ -115,7 +120,7 @@ func (w *Worker) ConnectAddress(addr []byte, opts ...EndpointOption) (*Endpoint,
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty address")
 	}
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectAddress(addr, o.peerErr) })
+	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectAddress(addr, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr
@@ -127,7 +132,7 @@ func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error)
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
 	}
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	return w.newEndpoint(op, true, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
 }
 
 // checkFailed delivers an error the shim's handler recorded. Called with
@@ -179,7 +184,11 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, nil)
 	ep.res.Exit()
-	return req.Wait(ctx)
+	if err := req.Wait(ctx); err != nil {
+		return err
+	}
+	ep.wiring.Store(false) // a completed flush waited for the wire-up
+	return nil
 }
 
 // Close disconnects: CloseFlush completes outstanding operations first,
@@ -351,7 +360,7 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: accept connection"
 	o := endpointOpts(opts)
 	consumed := false
-	ep, err := cr.l.w.newEndpoint(op, func() (cgo.Endpoint, cgo.Status) {
+	ep, err := cr.l.w.newEndpoint(op, true, func() (cgo.Endpoint, cgo.Status) {
 		consumed = true
 		return cr.l.w.c.Accept(cr.c, o.peerErr)
 	})

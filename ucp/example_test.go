@@ -110,7 +110,7 @@ func ExampleWithSpin() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rkey, err := ep.UnpackRkey(packed)
+	rkey, err := ep.UnpackRkey(context.Background(), packed)
 	if err != nil {
 		log.Fatal(err)
 	}

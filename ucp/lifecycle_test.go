@@ -408,7 +408,7 @@ func lcSetup(e *lcEnv) (err error) {
 	if e.packed, err = e.smem.PackRkey(); err != nil {
 		return wrap("pack rkey", err)
 	}
-	if e.rkey, err = e.cep.UnpackRkey(e.packed); err != nil {
+	if e.rkey, err = e.cep.UnpackRkey(context.Background(), e.packed); err != nil {
 		return wrap("unpack rkey", err)
 	}
 	if p.has("cmem") {
@@ -612,7 +612,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		}
 		if e.closed[k.what] {
 			isClosed(k.what, k.ep.Flush(ctx), "Flush")
-			_, err = k.ep.UnpackRkey(e.packed)
+			_, err = k.ep.UnpackRkey(context.Background(), e.packed)
 			isClosed(k.what, err, "UnpackRkey")
 			_, err = k.ep.SendAM(lcAM, nil, []byte{1}, 0)
 			isClosed(k.what, err, "SendAM")
@@ -623,7 +623,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		} else if !e.closed["smem"] { // a key of unmapped memory: UCX logs errors
 			// Unpacking needs no progress; a failed peer may refuse it,
 			// but never with ErrClosed.
-			rk, err := k.ep.UnpackRkey(e.packed)
+			rk, err := k.ep.UnpackRkey(context.Background(), e.packed)
 			assert.NotErrorIs(t, err, ucs.ErrClosed, "after %s: UnpackRkey on open %s", at, k.what)
 			if rk != nil {
 				assert.NoError(t, rk.Close())

@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"context"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -300,8 +301,14 @@ func releaseRkey(s *rkeyState) {
 
 func (rk *RemoteKey) collect() { rk.res.Collect() }
 
-// UnpackRkey unpacks a key packed by the peer's Mem.PackRkey.
-func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
+// UnpackRkey unpacks a key packed by the peer's Mem.PackRkey. On an
+// endpoint made by Connect or ConnRequest.Accept whose wire-up has not been
+// seen to finish (no Flush has completed on it), it first flushes the
+// endpoint, waiting within ctx: UCX binds a key to the endpoint's
+// configuration of the moment, and a key unpacked before wire-up changes
+// that configuration made UCX abort the process at the first put or get
+// (an assertion in proto_select.c, 13 of 18 runs on 1.18.1).
+func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, error) {
 	const op = "ucp: unpack rkey"
 	if len(packed) == 0 {
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
@@ -310,6 +317,11 @@ func (ep *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	padded, err := checkRkey(scratch[:0], packed)
 	if err != nil {
 		return nil, err
+	}
+	if ep.wiring.Load() {
+		if err := ep.Flush(ctx); err != nil {
+			return nil, &ucs.Error{Op: op, Err: err, Reason: "waiting for the endpoint's wire-up to finish"}
+		}
 	}
 	if err := ep.enter(op); err != nil {
 		return nil, err

@@ -52,7 +52,7 @@ func (p *pair) mapTarget(t *testing.T, size int) (*ucp.Mem, *ucp.RemoteKey) {
 	t.Cleanup(func() { target.Close() })
 	packed, err := target.PackRkey()
 	require.NoError(t, err)
-	rkey, err := p.ep.UnpackRkey(packed)
+	rkey, err := p.ep.UnpackRkey(context.Background(), packed)
 	require.NoError(t, err)
 	t.Cleanup(func() { rkey.Close() })
 	return target, rkey
@@ -89,7 +89,7 @@ func newHandleSet(t *testing.T) handleSet {
 	require.NoError(t, err)
 	h.packed, err = h.mem.PackRkey()
 	require.NoError(t, err)
-	h.rkey, err = h.ep.UnpackRkey(h.packed)
+	h.rkey, err = h.ep.UnpackRkey(context.Background(), h.packed)
 	require.NoError(t, err)
 	return h
 }

@@ -189,7 +189,7 @@ func runStreamer() int {
 		return fail(err)
 	}
 	s := &streamSide{ep: ep, mem: mem, raddr: <-raddrs}
-	if s.rkey, err = ep.UnpackRkey(<-keys); err != nil {
+	if s.rkey, err = ep.UnpackRkey(context.Background(), <-keys); err != nil {
 		return fail(err)
 	}
 	if os.Getenv(streamModeEnv) != "stream" {
@@ -325,7 +325,7 @@ func (srv *streamServer) accept(t *testing.T) *streamSide {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no key from the child")
 	}
-	s.rkey, err = ep.UnpackRkey(<-srv.keys)
+	s.rkey, err = ep.UnpackRkey(context.Background(), <-srv.keys)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.rkey.Close() })
 	return s

@@ -196,7 +196,7 @@ func protOps(ep *ucp.Endpoint, line string, out io.Writer) int {
 		if err != nil {
 			return 0, nil, err
 		}
-		rk, err := ep.UnpackRkey(b)
+		rk, err := ep.UnpackRkey(context.Background(), b)
 		return a, rk, err
 	}
 	roAddr, roKey, err := rkey(f[2], f[3])

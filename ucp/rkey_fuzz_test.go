@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"context"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -142,7 +143,7 @@ func FuzzUnpackRkey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		k, perr := parseRkey(b)
 		if perr != nil {
-			_, err := tb.ep.UnpackRkey(b)
+			_, err := tb.ep.UnpackRkey(context.Background(), b)
 			if len(b) > 0 && !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("a malformed key was not refused: %v (%v)", err, perr)
 			}
@@ -159,7 +160,7 @@ func FuzzUnpackRkey(f *testing.F) {
 		if !ok {
 			return
 		}
-		rk, err := tb.ep.UnpackRkey(b)
+		rk, err := tb.ep.UnpackRkey(context.Background(), b)
 		if errors.Is(err, ucs.ErrExceedsLimit) {
 			// The worker's table of rkey configurations (128 on UCX 1.18)
 			// is full of fuzzed memory types and MD maps: start afresh.

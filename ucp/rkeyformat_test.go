@@ -337,7 +337,7 @@ func TestRkeyOfRealMappings(t *testing.T) {
 			k, err := parseRkey(packed)
 			require.NoError(t, err)
 			t.Logf("%s: %d bytes, md_map %#x, key sizes %v", prio, len(packed), k.mdMap, keySizes(k))
-			rk, err := tb.ep.UnpackRkey(packed)
+			rk, err := tb.ep.UnpackRkey(context.Background(), packed)
 			require.NoError(t, err)
 			defer rk.Close()
 			if len(data) == 0 {
@@ -371,7 +371,7 @@ func TestRkeyMemoryTypePolicy(t *testing.T) {
 	for mt := uct.MemoryType(1); mt.KnownByLoaded(); mt++ {
 		b := bytes.Clone(packed)
 		b[8] = byte(mt)
-		rk, err := tb.ep.UnpackRkey(b)
+		rk, err := tb.ep.UnpackRkey(context.Background(), b)
 		if ucs.LoadedVersion().Minor < 21 {
 			require.ErrorIs(t, err, ucs.ErrInvalidParam)
 			assert.Contains(t, err.Error(), "only host memory keys")
@@ -391,11 +391,11 @@ func TestUnpackRkeyRefusesMalformed(t *testing.T) {
 	tb := newRkeyTestbed(t)
 	b := mustHex(recordedRkeys[0].hex)
 	bad := append(bytes.Clone(b), 0x42, 0x43)
-	_, err := tb.ep.UnpackRkey(bad)
+	_, err := tb.ep.UnpackRkey(context.Background(), bad)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "ucp: unpack rkey: Invalid parameter: truncated distance")
 	assert.NotContains(t, err.Error(), fmt.Sprintf("%x", b[9:]))
-	_, err = tb.ep.UnpackRkey(b[:20])
+	_, err = tb.ep.UnpackRkey(context.Background(), b[:20])
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 

@@ -1,6 +1,7 @@
 package ucp_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -80,17 +81,17 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 
 	// Remote keys refused by the binding: empty, on a closed endpoint, or
 	// used after their key was closed.
-	_, err = p.ep.UnpackRkey(nil)
+	_, err = p.ep.UnpackRkey(context.Background(), nil)
 	collect("empty rkey", err)
 	addr, err := p.server.Address()
 	require.NoError(t, err)
 	closed, err := p.client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	closeEP(t, closed)
-	_, err = closed.UnpackRkey(rkey)
+	_, err = closed.UnpackRkey(context.Background(), rkey)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	collect("closed endpoint", err)
-	rk, err := p.ep.UnpackRkey(rkey)
+	rk, err := p.ep.UnpackRkey(context.Background(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, rk.Close())
 	_, err = p.ep.Put([]byte{1}, target.Address(), rk)

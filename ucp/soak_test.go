@@ -81,7 +81,7 @@ func TestSoak(t *testing.T) {
 		}
 		packed, err := mem.PackRkey()
 		require.NoError(t, err, "cycle %d: pack rkey", i)
-		rkey, err := p.ep.UnpackRkey(packed)
+		rkey, err := p.ep.UnpackRkey(context.Background(), packed)
 		require.NoError(t, err, "cycle %d: unpack rkey", i)
 		off := (i * 64) % (size - len(payload))
 		binary.LittleEndian.PutUint64(payload, uint64(i))

@@ -190,7 +190,7 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	defer target.Close()
 	packed, err := target.PackRkey()
 	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(packed)
+	rkey, err := ep.UnpackRkey(context.Background(), packed)
 	require.NoError(t, err)
 	defer rkey.Close()
 
@@ -331,7 +331,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
 	_, err = ep.Put([]byte{1}, mem.Address(), rkey)
 	require.ErrorIs(t, err, ucs.ErrClosed)
-	_, err = ep.UnpackRkey(packed)
+	_, err = ep.UnpackRkey(context.Background(), packed)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	require.ErrorIs(t, ep.Flush(waitCtx(t)), ucs.ErrClosed)
 	_, err = ep.SendAM(1, nil, nil, 0)

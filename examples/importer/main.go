@@ -276,7 +276,9 @@ func run(c config) (*summary, int, error) {
 		sum.Why = c.mode + " requested"
 	}
 
-	l, cleanup, err := setup(ctx, w, ep, env)
+	stepCtx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	l, cleanup, err := setup(stepCtx, ctx, w, ep, env)
+	cancel()
 	if err != nil {
 		return sum, exitFail, err
 	}
@@ -372,13 +374,13 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 // setup turns the envelope's key into a link: rkey mode unpacks the rkey
 // on the exporter endpoint; export mode imports the descriptor and runs
 // the transfers on an endpoint to this worker, host memory as local side.
-func setup(ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Envelope) (*link, func(), error) {
+func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Envelope) (*link, func(), error) {
 	local, err := ctx.MemMap(ucp.Allocate(int(env.Length)))
 	if err != nil {
 		return nil, nil, err
 	}
 	if env.Mode == envelope.ModeRkey {
-		rkey, err := ep.UnpackRkey(env.Key)
+		rkey, err := ep.UnpackRkey(wait, env.Key)
 		if err != nil {
 			local.Close()
 			return nil, nil, err
@@ -404,7 +406,7 @@ func setup(ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Enve
 	if err != nil {
 		return nil, nil, err
 	}
-	rkey, err := self.UnpackRkey(packed)
+	rkey, err := self.UnpackRkey(wait, packed)
 	if err != nil {
 		return nil, nil, err
 	}
