@@ -80,7 +80,7 @@ fi
 
 # Settings passed through to the command inside, when set.
 for var in GOEXPERIMENT TESTFLAGS GOTEST_FLAGS TEST_PKGS UCX_TLS UCX_NET_DEVICES \
-	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS FUZZTIME; do
+	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS FUZZTIME UCXGO_NEWCOMER_ROUNDS; do
 	[ -n "${!var:-}" ] && release_env+=("$var=${!var}")
 done
 

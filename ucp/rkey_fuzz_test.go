@@ -1,8 +1,8 @@
 package ucp
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -153,8 +153,8 @@ func FuzzUnpackRkey(f *testing.F) {
 		if err := checkRkeyInPlace(&c); err != nil {
 			return // refused for a posix reader's sake
 		}
-		if again, err := parseRkey(c[:len(c)-1]); err != nil || again.mdMap != k.mdMap || len(again.keys) != len(k.keys) {
-			t.Fatalf("the sanitized key does not parse back: %v", err)
+		if again, err := parseRkey(c[:len(c)-1]); err != nil || again.mdMap&^k.mdMap != 0 {
+			t.Fatalf("the sanitized key does not parse back to a part of the key: %v", err)
 		}
 		ok, region := sb.allows(k)
 		if !ok {

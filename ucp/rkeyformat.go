@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
@@ -63,8 +64,9 @@ var rkeyPadding = func() (p [255]byte) {
 
 // rkeyLocal is what checkRkey needs from this machine's memory domains.
 type rkeyLocal struct {
-	maxRkey int  // largest rkey_packed_size: no local reader takes more (posix: plus a string)
-	posix   bool // a posix MD exists, whose reader asserts on a zero length
+	maxRkey  int  // largest rkey_packed_size: no local reader takes more (posix: plus a string)
+	posix    bool // a posix MD exists, whose reader asserts on a zero length
+	sysvSize int  // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
 }
 
 var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
@@ -79,6 +81,9 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 		}
 		l.maxRkey = max(l.maxRkey, r.Attr.RkeyPackedSize)
 		l.posix = l.posix || r.Component == "posix"
+		if r.Component == "sysv" {
+			l.sysvSize = r.Attr.RkeyPackedSize
+		}
 	}
 	return l, nil
 })
@@ -87,11 +92,12 @@ func rkeyError(format string, args ...any) error {
 	return ucs.Errorf("ucp: unpack rkey", ucs.ErrInvalidParam, format, args...)
 }
 
-// walkRkey checks b against the packed rkey format of UCX 1.18 to 1.23
+// walkRkey checks b against the packed rkey format of UCX 1.16 to 1.23
 // (either tail form, since the peer may run another release): it calls key
-// for each UCT rkey in order and returns the 1.20+ sys_dev part (nil from a
-// 1.18 or 1.19 packer). The buffer must end exactly where the format does.
-func walkRkey(b []byte, key func(i int, k []byte) error) (tail []byte, err error) {
+// for each UCT rkey in order, with the packer's MD index, and returns the
+// 1.20+ sys_dev part (nil from a 1.16 to 1.19 packer). The buffer must end
+// exactly where the format does.
+func walkRkey(b []byte, key func(i, md int, k []byte) error) (tail []byte, err error) {
 	if len(b) < rkeyHeaderSize {
 		return nil, rkeyError("%d bytes is shorter than the %d-byte header", len(b), rkeyHeaderSize)
 	}
@@ -116,7 +122,7 @@ func walkRkey(b []byte, key func(i int, k []byte) error) (tail []byte, err error
 		if 1+n > len(p) {
 			return nil, rkeyError("memory domain %d: %d-byte key overruns the %d bytes left", md, n, len(p)-1)
 		}
-		if err := key(i, p[1:1+n]); err != nil {
+		if err := key(i, md, p[1:1+n]); err != nil {
 			return nil, err
 		}
 		i++
@@ -178,7 +184,7 @@ func checkRkeyTail(p []byte) error {
 // ucs.ErrInvalidParam with the reason, and never reach UCX. Callers pass a
 // stack array as dst (rkeyScratchSize fits the keys of this machine's
 // transports), so that the copy costs no allocation.
-func checkRkey(dst, b []byte) ([]byte, error) {
+func checkRkey(dst, b []byte, holds *rkeyHolds) ([]byte, error) {
 	if len(b) < rkeyHeaderSize {
 		_, err := walkRkey(b, nil)
 		return nil, err
@@ -194,9 +200,21 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 	// by the unknown-device byte and a NUL.
 	out := slices.Grow(dst[:0], len(b)+bits.OnesCount64(binary.LittleEndian.Uint64(b))*(local.maxRkey+2)+2)
 	out = append(out, b[:rkeyHeaderSize]...)
-	tail, err := walkRkey(b, func(i int, key []byte) error {
+	mdMap := binary.LittleEndian.Uint64(b)
+	tail, err := walkRkey(b, func(i, md int, key []byte) error {
 		if local.posix && len(key) >= posixRkeyFixed && allZero(key[posixLengthOffset:posixRkeyFixed]) {
 			return rkeyError("key %d: zero where a posix reader takes its segment length (UCX asserts on it)", i)
+		}
+		// A System V part this process cannot attach (another host's
+		// segment, or a damaged key) is dropped: when UCX's own attach
+		// fails, its cleanup of the half-unpacked key crashes (SIGSEGV,
+		// UCX 1.18.1). A peer on another host loses nothing by it (this
+		// host's shared memory never reads its parts). Posix parts are not
+		// tried: UCX's posix reader maps the length the key claims, and a
+		// damaged length made its memory hooks spin on the unmap.
+		if local.sysvSize > 0 && len(key) == local.sysvSize && !holds.sysv(binary.LittleEndian.Uint32(key)) {
+			mdMap &^= 1 << md
+			return nil
 		}
 		// Pad to the largest local read with 0xff (so that a posix reader
 		// sees a non-zero length in any padding), then one NUL (so that its
@@ -212,6 +230,12 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	binary.LittleEndian.PutUint64(out, mdMap)
+	if mdMap == 0 {
+		// Every part was dropped: the key of no memory domain, which UCX
+		// reads as 9 bytes (its zero-length form).
+		return append(out[:rkeyHeaderSize], 0), nil
 	}
 	out = append(out, tail...)
 	if tail == nil && len(out) > rkeyHeaderSize {
@@ -254,9 +278,39 @@ func explainRkeyRefusal(err error, packed []byte) error {
 // hasEmptyEntry reports whether a well-formed key has an entry of size 0.
 func hasEmptyEntry(b []byte) bool {
 	empty := false
-	_, _ = walkRkey(b, func(_ int, k []byte) error {
+	_, _ = walkRkey(b, func(_, _ int, k []byte) error {
 		empty = empty || len(k) == 0
 		return nil
 	})
 	return empty
+}
+
+// rkeyHolds keeps the System V segments checkRkey attached to prove a part
+// attachable until UCX has attached them too: a segment its owner removes
+// in between stays attachable while attached (Linux), so UCX's own attach
+// cannot fail after the check passed. A nil *rkeyHolds detaches at once.
+type rkeyHolds struct{ sysvAddrs []uintptr }
+
+// sysv reports whether this process can attach System V segment id, as
+// UCX's sysv reader does (shmat with no flags). UCX attaches any segment a
+// peer names; this only keeps a failed attach from reaching UCX.
+func (h *rkeyHolds) sysv(id uint32) bool {
+	addr, _, errno := syscall.Syscall(syscall.SYS_SHMAT, uintptr(id), 0, 0)
+	if errno != 0 {
+		return false
+	}
+	if h == nil {
+		syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0)
+	} else {
+		h.sysvAddrs = append(h.sysvAddrs, addr)
+	}
+	return true
+}
+
+// release detaches what the check attached.
+func (h *rkeyHolds) release() {
+	for _, addr := range h.sysvAddrs {
+		syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0)
+	}
+	h.sysvAddrs = h.sysvAddrs[:0]
 }
