@@ -306,7 +306,7 @@ type ConnRequest struct {
 // Accept waits for the next connection request (bounded by ctx). The
 // listener's worker must be progressed meanwhile; Accept does it itself.
 func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
-	const op = "ucp: accept"
+	op := "ucp: accept on listener " + l.addr.String()
 	for {
 		if !l.res.Enter() {
 			return nil, closedError(op)
@@ -321,7 +321,7 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 			l.res.Exit()
 			return cr, nil
 		}
-		err := l.w.waitFor(ctx, waitReady{listener: l.c, accept: true, closing: l.res})
+		err := l.w.waitFor(ctx, waitReady{op: op, listener: l.c, accept: true, closing: l.res})
 		l.res.Exit()
 		if err != nil {
 			return nil, err

@@ -2,11 +2,13 @@ package ucp_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -218,4 +220,42 @@ func flipEveryBitOfSysvPart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCloseWhileRunSleeps: Worker.Close while Run sleeps on the idle
+// worker wakes it, and Run returns ucs.ErrClosed (issue 12, item 4: Run
+// waited out its sleep and returned nil).
+func TestCloseWhileRunSleeps(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background()) }()
+	time.Sleep(100 * time.Millisecond) // Run is asleep on the idle worker by now
+	require.NoError(t, w.Close())
+	select {
+	case err := <-ran:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+		assert.Contains(t, err.Error(), "ucp: run worker")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not end after Close")
+	}
+}
+
+// TestAcceptTimeoutNamesAccept: the error of an Accept that times out names
+// Accept and its listener, not an internal wait (issue 12, item 5).
+func TestAcceptTimeoutNamesAccept(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	l, err := w.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	actx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Accept(actx)
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	assert.Contains(t, err.Error(), "ucp: accept on listener "+l.Addr().String()+": ")
+	assert.NotContains(t, err.Error(), "wait on worker")
 }

@@ -123,7 +123,7 @@ func (r *Request) Wait(ctx context.Context) error {
 		return &ucs.Error{Op: r.op, Err: ucs.ErrInvalidParam, Reason: "request was never started"}
 	}
 	for !r.c.Done() {
-		if err := r.w.waitFor(ctx, waitReady{req: r.c}); err != nil {
+		if err := r.w.waitFor(ctx, waitReady{op: r.op, req: r.c}); err != nil {
 			if r.c.Done() {
 				break
 			}

@@ -434,7 +434,7 @@ func (w *Worker) Wait(ctx context.Context) error {
 		return closedError("ucp: wait on worker")
 	}
 	defer w.res.Exit()
-	return w.waitFor(ctx, waitReady{})
+	return w.waitFor(ctx, waitReady{op: "ucp: wait on worker"})
 }
 
 // Run progresses the worker until ctx is done, sleeping when idle. A side
@@ -444,11 +444,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return closedError("ucp: run worker")
 	}
 	for {
-		err := w.waitFor(ctx, waitReady{})
+		err := w.waitFor(ctx, waitReady{op: "ucp: run worker"})
 		w.res.Exit()
 		// Between rounds Close may take the worker: Run then ends.
 		if err == nil && !w.res.Enter() {
-			return nil
+			return closedError("ucp: run worker")
 		}
 		if err != nil {
 			var ue *ucs.Error
@@ -461,8 +461,10 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // waitReady says when a wait may end without progress: a request has
-// completed, or a listener has a connection request.
+// completed, or a listener has a connection request; op names the call
+// waiting, for its errors.
 type waitReady struct {
+	op       string
 	req      cgo.Request // P set: ready once it is done
 	listener cgo.Listener
 	accept   bool          // ready once listener has a pending request
@@ -508,7 +510,10 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return ctxError("ucp: wait on worker", err)
+		return ctxError(ready.name(), err)
+	}
+	if w.res.Closing() {
+		return nil // the caller's next Enter fails: it ends with ErrClosed
 	}
 	w.waiters.Add(1)
 	defer w.waiters.Add(-1)
@@ -524,7 +529,7 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		case <-wake:
 			return nil
 		case <-ctx.Done():
-			return ctxError("ucp: wait on worker", ctx.Err())
+			return ctxError(ready.name(), ctx.Err())
 		}
 	}
 	w.polling = true
@@ -590,9 +595,16 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		w.idle.Store(false)
 	}
 	if err := ctx.Err(); err != nil {
-		return ctxError("ucp: wait on worker", err)
+		return ctxError(ready.name(), err)
 	}
 	return nil
+}
+
+func (r waitReady) name() string {
+	if r.op == "" {
+		return "ucp: wait on worker"
+	}
+	return r.op
 }
 
 // initSleep makes the worker's guard timer and the callbacks of its sleeps,
@@ -643,8 +655,16 @@ func (w *Worker) Flush(ctx context.Context) error {
 	return req.Wait(ctx)
 }
 
+// signal wakes a sleeping wait (ucp_worker_signal; safe from any goroutine).
+func (w *Worker) signal() {
+	w.mu.Lock()
+	w.c.Signal()
+	w.mu.Unlock()
+}
+
 // Close closes the worker; its UCX object goes when its endpoints,
-// listeners and requests are done too.
+// listeners and requests are done too. A Run or Wait asleep on the worker
+// wakes at once and returns ucs.ErrClosed.
 func (w *Worker) Close() error {
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.
@@ -653,7 +673,9 @@ func (w *Worker) Close() error {
 	}
 	w.res.Ref()
 	w.res.Exit()
-	if w.res.Close() {
+	// Wake a goroutine asleep in Run or Wait: it sees Closing and ends now
+	// instead of at its next guard tick.
+	if w.res.CloseWaking(w.signal) {
 		w.mu.Lock()
 		w.startDrain()
 		w.mu.Unlock()

@@ -153,6 +153,15 @@ func (r *Resource[S]) markClosed(set func(*S)) bool {
 // owner's reference. It reports whether this call was the one that closed r.
 func (r *Resource[S]) Close() bool { return r.CloseWith(nil) }
 
+// CloseWaking is Close that calls wake once Closing reports true and
+// before waiting for the operations in flight, so that an operation asleep
+// (a worker's wait) can be woken to see Closing and end at once.
+func (r *Resource[S]) CloseWaking(wake func()) bool {
+	r.closing.Store(true)
+	wake()
+	return r.CloseWith(nil)
+}
+
 // CloseWith is Close that, when this call is the one that closes r, first
 // applies set to the state (how to release it, say) under r's lock.
 func (r *Resource[S]) CloseWith(set func(*S)) bool {
