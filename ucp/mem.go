@@ -314,10 +314,7 @@ func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, 
 		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
 	}
 	var scratch [rkeyScratchSize]byte
-	var held [4]uintptr
-	holds := rkeyHolds{sysvAddrs: held[:0]}
-	defer holds.release()
-	padded, err := checkRkey(scratch[:0], packed, &holds)
+	padded, err := checkRkey(scratch[:0], packed)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
@@ -184,7 +185,7 @@ func checkRkeyTail(p []byte) error {
 // ucs.ErrInvalidParam with the reason, and never reach UCX. Callers pass a
 // stack array as dst (rkeyScratchSize fits the keys of this machine's
 // transports), so that the copy costs no allocation.
-func checkRkey(dst, b []byte, holds *rkeyHolds) ([]byte, error) {
+func checkRkey(dst, b []byte) ([]byte, error) {
 	if len(b) < rkeyHeaderSize {
 		_, err := walkRkey(b, nil)
 		return nil, err
@@ -205,14 +206,13 @@ func checkRkey(dst, b []byte, holds *rkeyHolds) ([]byte, error) {
 		if local.posix && len(key) >= posixRkeyFixed && allZero(key[posixLengthOffset:posixRkeyFixed]) {
 			return rkeyError("key %d: zero where a posix reader takes its segment length (UCX asserts on it)", i)
 		}
-		// A System V part this process cannot attach (another host's
-		// segment, or a damaged key) is dropped: when UCX's own attach
-		// fails, its cleanup of the half-unpacked key crashes (SIGSEGV,
-		// UCX 1.18.1). A peer on another host loses nothing by it (this
+		// A System V part naming no segment here (another host's segment,
+		// or a damaged key) is dropped: when UCX's own attach fails, its
+		// cleanup of the half-unpacked key crashes (SIGSEGV, UCX 1.18.1). A peer on another host loses nothing by it (this
 		// host's shared memory never reads its parts). Posix parts are not
 		// tried: UCX's posix reader maps the length the key claims, and a
 		// damaged length made its memory hooks spin on the unmap.
-		if local.sysvSize > 0 && len(key) == local.sysvSize && !holds.sysv(binary.LittleEndian.Uint32(key)) {
+		if local.sysvSize > 0 && len(key) == local.sysvSize && !sysvSegmentExists(binary.LittleEndian.Uint32(key)) {
 			mdMap &^= 1 << md
 			return nil
 		}
@@ -285,32 +285,15 @@ func hasEmptyEntry(b []byte) bool {
 	return empty
 }
 
-// rkeyHolds keeps the System V segments checkRkey attached to prove a part
-// attachable until UCX has attached them too: a segment its owner removes
-// in between stays attachable while attached (Linux), so UCX's own attach
-// cannot fail after the check passed. A nil *rkeyHolds detaches at once.
-type rkeyHolds struct{ sysvAddrs []uintptr }
-
-// sysv reports whether this process can attach System V segment id, as
-// UCX's sysv reader does (shmat with no flags). UCX attaches any segment a
-// peer names; this only keeps a failed attach from reaching UCX.
-func (h *rkeyHolds) sysv(id uint32) bool {
-	addr, _, errno := syscall.Syscall(syscall.SYS_SHMAT, uintptr(id), 0, 0)
-	if errno != 0 {
-		return false
-	}
-	if h == nil {
-		syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0)
-	} else {
-		h.sysvAddrs = append(h.sysvAddrs, addr)
-	}
-	return true
-}
-
-// release detaches what the check attached.
-func (h *rkeyHolds) release() {
-	for _, addr := range h.sysvAddrs {
-		syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0)
-	}
-	h.sysvAddrs = h.sysvAddrs[:0]
+// sysvSegmentExists reports whether System V segment id exists and this
+// process may read its attributes (shmctl IPC_STAT: one system call, no
+// mapping). UCX's sysv reader attaches any segment a peer names; this only
+// keeps an attach that would fail (no such segment) from reaching UCX. A
+// segment removed between this check and UCX's attach, or one readable but
+// not writable here, can still fail there.
+func sysvSegmentExists(id uint32) bool {
+	const ipcStat = 2
+	var ds [256]byte // struct shmid64_ds is 112 bytes on amd64 and arm64
+	_, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcStat, uintptr(unsafe.Pointer(&ds)))
+	return errno == 0
 }

@@ -416,7 +416,7 @@ func BenchmarkCheckRkey(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var scratch [rkeyScratchSize]byte
-				if _, err := checkRkey(scratch[:0], key, nil); err != nil {
+				if _, err := checkRkey(scratch[:0], key); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -426,7 +426,7 @@ func BenchmarkCheckRkey(b *testing.B) {
 
 // checkRkeyInPlace replaces *b with its checked, padded copy.
 func checkRkeyInPlace(b *[]byte) error {
-	out, err := checkRkey(nil, *b, nil)
+	out, err := checkRkey(nil, *b)
 	if err == nil {
 		*b = out
 	}
