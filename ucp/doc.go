@@ -11,7 +11,18 @@
 //	imported, err := ctx.MemMap(ucp.Import(desc)) // validated in Go first
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
-// same program falls back to PackRkey / Endpoint.UnpackRkey and RMA.
+// same program falls back to PackRkey / Endpoint.UnpackRkey and RMA. A key
+// may be unpacked at once after Connect or ConnRequest.Accept: UnpackRkey
+// waits (within its ctx) for the endpoint's wire-up first.
+//
+// # UCX releases
+//
+// One binary runs on any UCX from 1.16 to 1.23, whichever it was built
+// against: the layouts that differ between releases are chosen from the
+// release loaded (ucs.LoadedVersion, ucs.ABILayout). Peers may run other
+// releases; see the README for which pairs UCX lets talk. A 1.19+ process
+// refuses (ucs.ErrUnsupported, naming both sides) keys that a 1.16-1.18 peer
+// packed with tcp or cma parts.
 //
 // # Ownership
 //
@@ -33,9 +44,10 @@
 // "single" thread mode is never safe by itself); workers are created
 // UCS_THREAD_MODE_SERIALIZED unless asked otherwise, and contexts share
 // workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
-// Close, Accept) progress the worker for a while (WithSpin), then sleep in
-// Go's netpoller on the worker's event fd, not holding the mutex, and
-// honour their context.Context.
+// Close, Accept, UnpackRkey on a new listener endpoint) progress the worker
+// for a while (WithSpin), then sleep in Go's netpoller on the worker's event
+// fd, not holding the mutex, and honour their context.Context. Worker.Close
+// wakes them; they return ucs.ErrClosed.
 //
 // # Progress
 //
