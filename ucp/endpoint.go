@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -231,9 +232,14 @@ func releaseEndpoint(s *endpointState) {
 		w.abandon(r, free)
 		return
 	}
-	req := Request{w: w, c: r, op: "ucp: close endpoint", after: free}
+	req := Request{w: w, c: r, op: "ucp: close endpoint (flush)", after: free}
 	if err := req.Wait(s.ctx); err != nil && !force {
 		s.err = err
+		if errors.Is(err, ucs.ErrTimedOut) || errors.Is(err, ucs.ErrCanceled) {
+			s.err = &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: s.ctx.Err(),
+				Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " +
+					"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}
+		}
 	}
 }
 

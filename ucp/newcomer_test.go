@@ -259,3 +259,42 @@ func TestAcceptTimeoutNamesAccept(t *testing.T) {
 	assert.Contains(t, err.Error(), "ucp: accept on listener "+l.Addr().String()+": ")
 	assert.NotContains(t, err.Error(), "wait on worker")
 }
+
+// TestCloseFlushWithSilentPeerSaysWhy: a flush close whose peer does not
+// answer (its worker is not progressed: a stopped process, say) cannot
+// complete; when ctx ends, the error says why and what to do instead
+// (issue 12, item 7: it ran out its ctx with no hint).
+func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	server, err := ctx.NewWorker() // not progressed until the end
+	require.NoError(t, err)
+	defer server.Close()
+	client, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer client.Close()
+	addr, err := server.Address()
+	require.NoError(t, err)
+	ep, err := client.ConnectAddress(addr)
+	require.NoError(t, err)
+	target, err := ctx.MemMap(ucp.Allocate(4096))
+	require.NoError(t, err)
+	defer target.Close()
+	packed, err := target.PackRkey()
+	require.NoError(t, err)
+	rkey, err := ep.UnpackRkey(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer rkey.Close()
+	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)
+	require.NoError(t, err)
+
+	cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = ep.Close(cctx, ucp.CloseFlush)
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	assert.Contains(t, err.Error(), "ucp: close endpoint (flush)")
+	assert.Contains(t, err.Error(), "the peer did not complete the flush")
+	assert.Contains(t, err.Error(), "CloseForce")
+
+	runWorker(t, server) // the peer answers: the get and the close finish
+	assert.NoError(t, req.Wait(waitCtx(t)), "the get completes once the peer progresses")
+}
