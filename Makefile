@@ -90,7 +90,8 @@ fuzz-native:
 bench-native:
 	$(if $(BENCH_SHORT),BENCH_PAIRS=1 BENCH_ITERS=200 BENCH_IDLE=1s) bench/run.sh
 
-# The build-time version guard, against the host's real UCX 1.13 headers.
+# The version guard against the host's real UCX 1.13: refused at build time
+# (its headers) and at run time (its libraries under a 1.18.1 build).
 check-guards:
 	ci/check-version-guard.sh
 

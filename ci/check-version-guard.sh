@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ci/check-version-guard.sh: prove that building against an unsupported UCX
 # (the host's own Debian 12 UCX 1.13 development files) fails with the one
-# line of include/ucxgo/unsupported.h, not with pages of cgo errors.
+# line of include/ucxgo/unsupported.h, not with pages of cgo errors, and that
+# a build against a supported release refuses the same 1.13 libraries at run
+# time with an error naming both releases.
 # The packages are unpacked into a scratch folder; nothing is installed.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

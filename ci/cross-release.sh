@@ -22,8 +22,11 @@ if [ "${1:-}" = --inside ]; then
 	fail=0
 	run() { # run BUILD LOADED PKG
 		local b=$1 l=$2 pkg=$3 lib="" rc=0 log
-		[ "$l" = debian ] || lib=/opt/ucx/$l/lib
-		log=$(cd "$pkg" && LD_LIBRARY_PATH=$lib "$root/$out/$b/$pkg.test" -test.count=1 -test.timeout=10m 2>&1) || rc=$?
+		if [ "$l" != debian ]; then
+			lib=/opt/ucx/$l/lib
+			[ -f "$lib/libucp.so.0" ] || { echo "FAIL no UCX $l libraries in $lib"; fail=1; return; }
+		fi
+		log=$(cd "$pkg" && LD_LIBRARY_PATH=$lib UCXGO_NEWCOMER_ROUNDS=${UCXGO_NEWCOMER_ROUNDS:-2} "$root/$out/$b/$pkg.test" -test.count=1 -test.timeout=10m 2>&1) || rc=$?
 		if [ $rc = 0 ]; then
 			echo "PASS $pkg built against $b, run on $l ($(tail -n1 <<<"$log"))"
 		else
@@ -33,7 +36,7 @@ if [ "${1:-}" = --inside ]; then
 		fi
 	}
 	for b in $builds; do
-		for l in $(ls /opt/ucx) debian; do
+		for l in $RELEASES debian; do
 			[ "$l" = "$b" ] && continue
 			run "$b" "$l" cgo
 			run "$b" "$l" uct
@@ -52,7 +55,8 @@ for b in $(echo "$builds" "$pairs" | tr ' :' '\n\n' | sort -u); do
 	UCX_RELEASE=$b ci/in-rootfs.sh trixie sh -c "for p in cgo uct ucp; do go test -c -o $out/$b/\$p.test ./\$p || exit 1; done"
 done
 echo "== running them against the other releases"
-ci/in-rootfs.sh trixie env XREL_BUILDS="$builds" XREL_UCP_PAIRS="$pairs" ci/cross-release.sh --inside
+ci/in-rootfs.sh trixie env RELEASES="$(ci/release.sh --list | tr '\n' ' ')" XREL_BUILDS="$builds" XREL_UCP_PAIRS="$pairs" \
+	UCXGO_NEWCOMER_ROUNDS=2 ci/cross-release.sh --inside
 
 echo "== a program built against Debian trixie's UCX 1.18.1, run on Debian forky's 1.23.0"
 ci/in-rootfs.sh trixie go build -o bin/doctor-ucx1.18 ./examples/doctor

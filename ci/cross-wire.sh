@@ -18,10 +18,13 @@ cd "$root"
 if [ "${1:-}" != --inside ]; then
 	mkdir -p bin/xwire
 	ci/in-rootfs.sh trixie sh -c 'go build -o bin/xwire/exporter ./examples/exporter && go build -o bin/xwire/importer ./examples/importer'
-	exec ci/in-rootfs.sh trixie env ${XWIRE_RELEASES:+XWIRE_RELEASES="$XWIRE_RELEASES"} ci/cross-wire.sh --inside
+	exec ci/in-rootfs.sh trixie env XWIRE_RELEASES="${XWIRE_RELEASES:-$(ci/release.sh --list | tr '\n' ' ')debian}" ci/cross-wire.sh --inside
 fi
 
-releases=${XWIRE_RELEASES:-$(ls /opt/ucx | sort -V | tr '\n' ' ')debian}
+releases=$XWIRE_RELEASES
+for r in $releases; do
+	[ "$r" = debian ] || [ -f "/opt/ucx/$r/lib/libucp.so.0" ] || die "no UCX $r libraries in /opt/ucx/$r/lib"
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 head -c 32 /dev/urandom >"$work/secret"
@@ -43,7 +46,10 @@ for a in $releases; do
 		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 		kill "$pid" 2>/dev/null || true
 		erc=0; wait "$pid" 2>/dev/null || erc=$?
-		if [ $rc -ge 128 ] || { [ $erc -ge 128 ] && [ $erc != 143 ]; }; then
+		# A UCX abort in a Go program exits 2 after "SIGABRT"/"SIGSEGV"
+		# (or UCX's "Caught signal"); look for it in both logs.
+		if [ $rc -ge 128 ] || { [ $erc -ge 128 ] && [ $erc != 143 ]; } ||
+			grep -qE 'SIGABRT|SIGSEGV|Caught signal|Assertion .* failed|ucs_fatal' "$work/imp.log" "$work/exp.log"; then
 			got="abort(importer=$rc,exporter=$erc)"
 		elif [ $rc = 0 ] && grep -q '"read_verified":true' "$work/imp.log" && grep -q '"write_verified_by_exporter":true' "$work/imp.log"; then
 			got=rma

@@ -64,7 +64,8 @@ bind "$goroot"
 bind "$gomodcache"
 bind "$gocache"
 for v in "${releases[@]}"; do
-	bind "$("$root/ci/release.sh" "$v")/opt/ucx/$v" "/opt/ucx/$v"
+	dir=$("$root/ci/release.sh" "$v") || die "cannot unpack UCX $v"
+	bind "$dir/opt/ucx/$v" "/opt/ucx/$v"
 done
 
 # Go's build cache does not hash C headers outside a package's directory:

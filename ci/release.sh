@@ -11,7 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 src=${UCX_RELEASES_DIR:-$root/../shared/ucx-releases}
 
 if [ "${1:-}" = --list ]; then
-	ls "$src"/ucx-*.tar.xz 2>/dev/null | sed 's/.*ucx-\(.*\)\.tar\.xz/\1/' | sort -V
+	for f in "$src"/ucx-*.tar.xz; do
+		[ -f "$f" ] || continue
+		f=${f##*/ucx-}; echo "${f%.tar.xz}"
+	done | sort -V
 	exit 0
 fi
 v=${1:?usage: ci/release.sh VERSION | --list}

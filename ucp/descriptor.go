@@ -22,7 +22,7 @@ const (
 	maxGlobalIDSize = 256 // UCT_MD_GLOBAL_ID_MAX
 )
 
-// Exported-mkey payload sizes a 1.18+ importer understands: u32 lkey + u16
+// Exported-mkey payload sizes every supported (1.16+) importer understands: u32 lkey + u16
 // vhca_id (1.16–1.18), plus a u64 MD uuid (1.19+). The 1.14–1.15 encoding
 // (20 bytes) is not compatible and is refused.
 var validMkeySizes = map[int]bool{6: true, 14: true}
@@ -50,8 +50,9 @@ func descError(format string, args ...any) error {
 	return ucs.Errorf("ucp: parse exported descriptor", ucs.ErrInvalidParam, format, args...)
 }
 
-// ParseDescriptor checks b against the exported-memh wire format of the
-// UCX release ucx-go was built for and decodes it. Every size field must
+// ParseDescriptor checks b against the exported-memh wire format of UCX
+// 1.15 and later (the same in every supported release; 6- and 14-byte IB
+// mkeys alike, since the exporter may run another release) and decodes it. Every size field must
 // fit, the per-MD sections must match the MD map, and the total must be
 // len(b); anything else is an error wrapping ucs.ErrInvalidParam. The
 // zero-length dummy is accepted only as exactly 3 zero bytes.

@@ -46,8 +46,8 @@
 // workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
 // Close, Accept, UnpackRkey on a new listener endpoint) progress the worker
 // for a while (WithSpin), then sleep in Go's netpoller on the worker's event
-// fd, not holding the mutex, and honour their context.Context. Worker.Close
-// wakes them; they return ucs.ErrClosed.
+// fd, not holding the mutex, and honour their context.Context.
+// Worker.Close wakes Run and Worker.Wait, which return ucs.ErrClosed.
 //
 // # Progress
 //

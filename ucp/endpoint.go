@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -235,7 +234,7 @@ func releaseEndpoint(s *endpointState) {
 	req := Request{w: w, c: r, op: "ucp: close endpoint (flush)", after: free}
 	if err := req.Wait(s.ctx); err != nil && !force {
 		s.err = err
-		if errors.Is(err, ucs.ErrTimedOut) || errors.Is(err, ucs.ErrCanceled) {
+		if s.ctx.Err() != nil {
 			s.err = &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: s.ctx.Err(),
 				Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " +
 					"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}

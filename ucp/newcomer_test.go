@@ -3,6 +3,7 @@ package ucp_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -205,11 +206,7 @@ func flipEveryBitOfSysvPart(t *testing.T) {
 	defer target.Close()
 	packed, err := target.PackRkey()
 	require.NoError(t, err)
-	// The last part is the System V one (12 bytes), before a 1.20+ tail.
-	part := len(packed) - 12
-	if ucs.LoadedVersion().Minor >= 20 {
-		part--
-	}
+	part := sysvPart(t, packed)
 	for i := part; i < part+12; i++ {
 		for bit := range 8 {
 			flipped := bytes.Clone(packed)
@@ -297,4 +294,20 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 
 	runWorker(t, server) // the peer answers: the get and the close finish
 	assert.NoError(t, req.Wait(waitCtx(t)), "the get completes once the peer progresses")
+}
+
+// sysvPart is the offset of the 12-byte (System V) part of a packed key:
+// u64 MD map, u8 memory type, then a size byte and the bytes of each part.
+func sysvPart(t *testing.T, packed []byte) int {
+	p := 9
+	for m := binary.LittleEndian.Uint64(packed); m != 0; m &= m - 1 {
+		require.Less(t, p, len(packed))
+		n := int(packed[p])
+		if n == 12 {
+			return p + 1
+		}
+		p += 1 + n
+	}
+	t.Fatalf("no 12-byte System V part in %d-byte key", len(packed))
+	return 0
 }

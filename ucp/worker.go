@@ -428,23 +428,32 @@ func drainCollected(r *handle.Resource[workerState]) {
 }
 
 // Wait blocks until the worker has made progress or ctx is done; the
-// worker sleeps on its event fd meanwhile.
+// worker sleeps on its event fd meanwhile. The worker's Close ends it with
+// an error wrapping ucs.ErrClosed.
 func (w *Worker) Wait(ctx context.Context) error {
 	if !w.res.Enter() {
 		return closedError("ucp: wait on worker")
 	}
 	defer w.res.Exit()
-	return w.waitFor(ctx, waitReady{op: "ucp: wait on worker"})
+	if err := w.waitFor(ctx, waitReady{op: "ucp: wait on worker", endOnClose: true}); err != nil {
+		return err
+	}
+	if w.res.Closing() {
+		return closedError("ucp: wait on worker")
+	}
+	return nil
 }
 
-// Run progresses the worker until ctx is done, sleeping when idle. A side
-// that owns memory its peers access runs it in a goroutine.
+// Run progresses the worker until ctx is done (it then returns nil) or the
+// worker is closed (it returns an error wrapping ucs.ErrClosed), sleeping
+// when idle. A side that owns memory its peers access runs it in a
+// goroutine.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.res.Enter() {
 		return closedError("ucp: run worker")
 	}
 	for {
-		err := w.waitFor(ctx, waitReady{op: "ucp: run worker"})
+		err := w.waitFor(ctx, waitReady{op: "ucp: run worker", endOnClose: true})
 		w.res.Exit()
 		// Between rounds Close may take the worker: Run then ends.
 		if err == nil && !w.res.Enter() {
@@ -464,11 +473,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // completed, or a listener has a connection request; op names the call
 // waiting, for its errors.
 type waitReady struct {
-	op       string
-	req      cgo.Request // P set: ready once it is done
-	listener cgo.Listener
-	accept   bool          // ready once listener has a pending request
-	zero     *atomic.Int32 // non-nil: ready once it is 0
+	op         string
+	endOnClose bool        // Run and Worker.Wait: end once the worker's Close starts
+	req        cgo.Request // P set: ready once it is done
+	listener   cgo.Listener
+	accept     bool          // ready once listener has a pending request
+	zero       *atomic.Int32 // non-nil: ready once it is 0
 	// closing, if set, ends a spin once its Close starts (the worker's own
 	// Close always does), so that a long WithSpin cannot hold a Close up.
 	closing interface{ Closing() bool }
@@ -512,8 +522,8 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 	if err := ctx.Err(); err != nil {
 		return ctxError(ready.name(), err)
 	}
-	if w.res.Closing() {
-		return nil // the caller's next Enter fails: it ends with ErrClosed
+	if ready.endOnClose && w.res.Closing() {
+		return nil // Run and Wait: the worker's Close wakes them to end
 	}
 	w.waiters.Add(1)
 	defer w.waiters.Add(-1)
@@ -663,8 +673,9 @@ func (w *Worker) signal() {
 }
 
 // Close closes the worker; its UCX object goes when its endpoints,
-// listeners and requests are done too. A Run or Wait asleep on the worker
-// wakes at once and returns ucs.ErrClosed.
+// listeners and requests are done too. A Run or Wait on the worker wakes
+// at once and returns an error wrapping ucs.ErrClosed; requests, flushes and
+// closes in progress go on being progressed until they complete.
 func (w *Worker) Close() error {
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.

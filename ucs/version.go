@@ -39,7 +39,10 @@ func ABILayout() string { return fmt.Sprintf("1.%d", cgo.AttrLayoutSince()) }
 func checkVersions(built, loaded Version, allowUnverified bool) error {
 	reason := ""
 	switch {
-	case loaded.Major != 1 || loaded.Minor < OldestRelease.Minor:
+	case loaded.Major != 1:
+		reason = fmt.Sprintf("the loaded libucx is UCX %s, not a 1.x release, which is all ucx-go knows (it was built against %s); install UCX %d.%d to %d.%d",
+			loaded, built, OldestRelease.Major, OldestRelease.Minor, NewestVerifiedRelease.Major, NewestVerifiedRelease.Minor)
+	case loaded.Minor < OldestRelease.Minor:
 		reason = fmt.Sprintf("the loaded libucx is UCX %s, older than %d.%d, the oldest release ucx-go runs on (it was built against %s); install UCX %d.%d to %d.%d",
 			loaded, OldestRelease.Major, OldestRelease.Minor, built, OldestRelease.Major, OldestRelease.Minor, NewestVerifiedRelease.Major, NewestVerifiedRelease.Minor)
 	case loaded.Minor > NewestVerifiedRelease.Minor && !allowUnverified:

@@ -48,7 +48,9 @@ type mdOptions struct{ config []string }
 // (uct_config_modify): name is the environment variable without "UCX_",
 // e.g. WithConfig("POSIX_DIR", "/dev/shm") or WithConfig("IB_MLX5_DEVX", "n"),
 // on every release (UCX 1.16 itself takes "DIR": the binding drops the
-// component's prefix when the name as given is unknown).
+// component's prefix, its upper-cased name and "_", when the name as given
+// is unknown; components whose configuration prefix differs from their name
+// take their own names only).
 func WithConfig(name, value string) MDOption {
 	return func(o *mdOptions) { o.config = append(o.config, name, value) }
 }
