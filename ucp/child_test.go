@@ -2,6 +2,7 @@ package ucp_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -237,7 +238,10 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 	buf := make([]byte, 1<<20)
 	for i := range 64 {
 		if i == 16 {
+			// Operations from here on start after the peer is dead: before,
+			// all 64 once finished before the kill took effect (UCX 1.20.1).
 			require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+			waitDead(t, c.cmd.Process.Pid)
 		}
 		var req ucp.Request
 		var err error
@@ -276,4 +280,23 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*timeout)
 	_, err := cl.ep.Get(make([]byte, 8), cl.raddr, cl.rkey)
 	require.Error(t, err, "operations after the failure are refused")
+}
+
+// waitDead waits until process pid has died (a zombie or gone), without
+// reaping it: the child's cleanup does that.
+func waitDead(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// The state follows the command name in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("process %d still alive after SIGKILL", pid)
 }
