@@ -140,7 +140,7 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 	defer cancel()
 	for i := range pending {
 		if pending[i].Wait(bounded) != nil {
-			pending[i].Cancel()
+			pending[i].Detach()
 		}
 	}
 	ep.Close(bounded, ucp.CloseForce)

@@ -395,6 +395,3 @@ func (r Request) Result() (Status, uint64) {
 func (w Worker) Release(r Request, cancel bool) {
 	C.ucxgo_request_release(w.p, r.P, boolInt(cancel))
 }
-
-// Cancel asks UCP to cancel an in-flight request.
-func (w Worker) Cancel(r Request) { C.ucxgo_request_cancel(w.p, r.P) }

@@ -63,11 +63,6 @@ void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
     ucp_request_free(request);
 }
 
-void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
-{
-    ucp_request_cancel(w->worker, request);
-}
-
 /* ---- context ----------------------------------------------------------- */
 
 static ucs_status_t ucxgo_ucp_config_modify(void *config, const char *name,

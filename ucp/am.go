@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"unsafe"
 
@@ -24,7 +25,7 @@ type amHandler struct {
 func (w *Worker) SetAMHandler(id uint, fn AMHandler) error {
 	const op = "ucp: set active-message handler"
 	if fn == nil {
-		return ucs.Errorf(op, ucs.ErrInvalidParam, "nil handler")
+		return errs.New(op, ucs.ErrInvalidParam, "nil handler")
 	}
 	if !w.res.Enter() {
 		return closedError(op)
@@ -37,7 +38,7 @@ func (w *Worker) SetAMHandler(id uint, fn AMHandler) error {
 		return nil
 	}
 	c, st := w.c.SetAMHandler(id)
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
 	w.handlers[id] = &amHandler{fn: fn, c: c}
@@ -91,14 +92,14 @@ func (m *AMMessage) Reply() *Endpoint { return m.reply }
 func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	const op = "ucp: receive active-message data"
 	if len(buf) < m.length {
-		return Request{}, ucs.Errorf(op, ucs.ErrBufferTooSmall, "buffer is %d bytes, message %d", len(buf), m.length)
+		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "buffer is %d bytes, message %d", len(buf), m.length)
 	}
 	if !m.rndv {
 		copy(buf, m.Data)
-		return Request{done: true, n: uint64(len(m.Data))}, nil
+		return completedRequest(op, ucs.OK, uint64(len(m.Data))), nil
 	}
 	if m.consumed {
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "data already received or dropped")
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
 	m.consumed = true
 	p, pin := pinBytes(buf[:m.length])
@@ -118,14 +119,14 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 		return Request{}, err
 	}
 	if off < 0 || off+m.length > len(b) {
-		return Request{}, ucs.Errorf(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", m.length, off, len(b))
+		return Request{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", m.length, off, len(b))
 	}
 	if !m.rndv {
 		copy(b[off:], m.Data)
-		return Request{done: true, n: uint64(len(m.Data))}, nil
+		return completedRequest(op, ucs.OK, uint64(len(m.Data))), nil
 	}
 	if m.consumed {
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "data already received or dropped")
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
 	m.consumed = true
 	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res), nil

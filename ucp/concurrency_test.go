@@ -209,7 +209,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 						return err
 					}
 					if wctx.Err() != nil {
-						req.Cancel()
+						req.Detach()
 						return wctx.Err()
 					}
 					runtime.Gosched()

@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"github.com/ucxgo/ucx/internal/errs"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -103,7 +104,7 @@ func (c *Context) Info() (Info, error) {
 	}
 	defer c.res.Exit()
 	i, st := c.c.Query()
-	if err := ucs.StatusError(ucs.Status(st), "ucp: query context"); err != nil {
+	if err := errs.Status(ucs.Status(st), "ucp: query context"); err != nil {
 		return Info{}, err
 	}
 	return Info{i.RequestSize, int(i.ThreadMode), i.MemoryTypes, i.Name}, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/errs"
 	"math/bits"
 	"sync"
 
@@ -47,7 +48,7 @@ type DescriptorMD struct {
 }
 
 func descError(format string, args ...any) error {
-	return ucs.Errorf("ucp: parse exported descriptor", ucs.ErrInvalidParam, format, args...)
+	return errs.New("ucp: parse exported descriptor", ucs.ErrInvalidParam, format, args...)
 }
 
 // ParseDescriptor checks b against the exported-memh wire format of UCX
@@ -173,14 +174,14 @@ func (c *Context) checkImportable(d *Descriptor) error {
 				continue
 			}
 			if !r.CanExport {
-				return ucs.Errorf(op, ucs.ErrUnsupported,
+				return errs.New(op, ucs.ErrUnsupported,
 					"local memory domain %s/%s has the descriptor's global MD id but %s (UCX would abort the process)", r.Component, r.MD, r.Reason)
 			}
 			matched++
 		}
 	}
 	if matched == 0 {
-		return ucs.Errorf(op, ucs.ErrUnreachable, "no matching MD: no local memory domain has any of the descriptor's %d global MD id(s)", len(d.MDs))
+		return errs.New(op, ucs.ErrUnreachable, "no matching MD: no local memory domain has any of the descriptor's %d global MD id(s)", len(d.MDs))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package ucp
 import (
 	"context"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/errs"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -117,7 +118,7 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 func (w *Worker) ConnectAddress(addr []byte, opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: connect to worker address"
 	if len(addr) == 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty address")
+		return nil, errs.New(op, ucs.ErrInvalidParam, "empty address")
 	}
 	o := endpointOpts(opts)
 	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectAddress(addr, o.peerErr) })
@@ -182,9 +183,9 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 	ep.w.mu.Lock()
 	r := ep.c.Flush()
 	ep.w.mu.Unlock()
-	req := newRequest(ep.w, r, op, nil)
+	ep.w.res.Ref() // the flush's, dropped by await
 	ep.res.Exit()
-	if err := req.Wait(ctx); err != nil {
+	if err := ep.w.await(ctx, op, r, nil); err != nil {
 		return err
 	}
 	ep.wiring.Store(false) // a completed flush waited for the wire-up
@@ -228,11 +229,10 @@ func releaseEndpoint(s *endpointState) {
 	}
 	w.res.Ref()
 	if s.ctx == nil { // released by a cleanup: do not block its goroutine
-		w.abandon(r, free)
+		abandonTo(w.res, r, free)
 		return
 	}
-	req := Request{w: w, c: r, op: "ucp: close endpoint (flush)", after: free}
-	if err := req.Wait(s.ctx); err != nil && !force {
+	if err := w.await(s.ctx, "ucp: close endpoint (flush)", r, free); err != nil && !force {
 		s.err = err
 		if s.ctx.Err() != nil {
 			s.err = &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: s.ctx.Err(),
@@ -277,7 +277,7 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 	w.mu.Lock()
 	c, bound, st := w.c.Listen(ap)
 	w.mu.Unlock()
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	l := &Listener{w: w, c: c, addr: bound}

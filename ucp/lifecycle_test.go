@@ -159,7 +159,7 @@ func (p lcPlan) validate() error {
 			ok = ok || s.how == "force" || s.how == "force-bg" || s.how == "flush" || s.how == "flush-bg"
 		case "rma", "am":
 			_, err := time.ParseDuration(s.how)
-			ok = s.how == "wait" || s.how == "complete" || s.how == "cancel" || err == nil
+			ok = s.how == "wait" || s.how == "complete" || s.how == "detach" || err == nil
 		}
 		if !ok {
 			return bad("step %s:%s", s.what, s.how)
@@ -214,7 +214,7 @@ func lcRandomPlan(r *rand.Rand, tls string, free bool) lcPlan {
 				s.how = pick(r, "force", "force-bg")
 			}
 		case "rma", "am":
-			s.how = pick(r, "wait", "cancel", "1ms", "200ms")
+			s.how = pick(r, "wait", "detach", "1ms", "200ms")
 		}
 		if !free && (s.what == "rma" || s.what == "am" && tls == "shm" && p.amSize >= 64<<10) {
 			s.how = "complete"
@@ -508,36 +508,42 @@ func (e *lcEnv) do(t *testing.T, i int, s lcStep) {
 		if s.what == "am" {
 			req = e.am
 		}
+		if s.how == "detach" {
+			req.Detach()
+			e.logf("%s: detached", at)
+			if !req.Done() {
+				assert.ErrorIs(t, req.Wait(context.Background()), ucs.ErrCanceled, "%s: Wait after Detach", at)
+			}
+			break
+		}
 		var err error
+		d := lcRequestWait
 		switch s.how {
-		case "cancel":
-			req.Cancel()
-			var done bool
-			done, err = req.Test()
-			assert.True(t, done, "%s: Test after Cancel", at)
+		case "wait":
+		case "complete": // the plan guarantees it can complete
+			d = lcStepBound / 2
 		default:
-			d := lcRequestWait
-			switch s.how {
-			case "wait":
-			case "complete": // the plan guarantees it can complete
-				d = lcStepBound / 2
-			default:
-				d, _ = time.ParseDuration(s.how)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), d)
-			err = req.Wait(ctx)
-			cancel()
-			if s.how == "complete" {
-				assert.NoError(t, err, "%s: the request can complete", at)
-			}
+			d, _ = time.ParseDuration(s.how)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		err = req.Wait(ctx)
+		cancel()
+		if s.how == "complete" {
+			assert.NoError(t, err, "%s: the request can complete", at)
 		}
 		e.logf("%s: %v", at, err)
-		assert.True(t, req.Done(), "%s: request done (completed or abandoned)", at)
-		// A second Wait returns the recorded outcome at once. (After an
-		// abandon it reports ErrCanceled "abandoned", not the first Wait's
-		// ErrTimedOut.)
-		again := req.Wait(context.Background())
-		assert.Equal(t, err == nil, again == nil, "%s: second Wait: %v after %v", at, again, err)
+		if !req.Done() {
+			// Wait gave up and left the operation in flight; a user who will
+			// not wait again detaches it, and every copy then says so.
+			require.ErrorIs(t, err, ucs.ErrTimedOut, "%s: not done after Wait", at)
+			req.Detach()
+			assert.ErrorIs(t, req.Wait(context.Background()), ucs.ErrCanceled, "%s: Wait after Detach", at)
+			assert.False(t, req.Done(), "%s: Done after Detach", at)
+		} else {
+			// A second Wait returns the recorded outcome at once.
+			again := req.Wait(context.Background())
+			assert.Equal(t, err, again, "%s: second Wait: %v after %v", at, again, err)
+		}
 	}
 	e.closed[s.what] = true
 }
@@ -670,7 +676,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 func (e *lcEnv) closeAll() {
 	for _, r := range []*ucp.Request{e.rma, e.am} {
 		if r != nil && !r.Done() {
-			r.Cancel()
+			r.Detach()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -872,7 +878,7 @@ var lcNamedPlans = []struct {
 		plan:  "shm address run=false smem=alloc rma=get/8 am=64 | cw cep:force smem rma:200ms rkey l ctx sw",
 		known: "leak: an 8-byte get over shm (AM-emulated) to a server that never progresses, without peer error handling: the endpoint's force close (now done at once: keys belong to their worker) does not purge it in UCX 1.18, nothing else can end it, the drain gives up after 30 s, and 3 handles stay live (client worker, context, remote key). With peer error handling (the tcp form) it ends"},
 	{name: "reap-releases-last-rkey-reference",
-		plan: "shm address run=true smem=reg rma=get/8 am=262144 | rma:cancel rkey am:wait cw cep:force sep:force l smem cmem sw ctx"},
+		plan: "shm address run=true smem=reg rma=get/8 am=262144 | rma:detach rkey am:wait cw cep:force sep:force l smem cmem sw ctx"},
 	{name: "unmap-target-with-get-in-flight",
 		plan:  "shm address run=true smem=alloc rma=getmem/1048576 am=64 | smem am:1ms rma:1ms l rkey sw cw ctx cmem sep:flush cep:force-bg",
 		known: "crash: the server's mapping (UCX-allocated) is closed while a 1 MiB get from it is in flight; the server's next progress (Run) serves the AM-emulated get from unmapped memory: SIGSEGV in ucp_worker_progress"},
@@ -888,7 +894,7 @@ var lcNamedPlans = []struct {
 		// reply arrived after the endpoint's force close and UCX failed an
 		// assertion (flush_ops_count >= 0, in ucp_get_rep_handler). A force
 		// close now waits (within its ctx) for the gets in flight.
-		plan: "shm listener run=true smem=reg rma=get/1048576 am=64 | rma:cancel cep:force sep:force l rkey smem cmem sw ctx cw"},
+		plan: "shm listener run=true smem=reg rma=get/1048576 am=64 | rma:detach cep:force sep:force l rkey smem cmem sw ctx cw"},
 	{name: "rndv-am-outlives-force-close/shm",
 		plan:  "shm address run=false smem=reg rma=put/8 am=262144 | rkey cep:force am:wait sep:force l smem cw sw ctx",
 		known: "leak: on shm a rendezvous AM send to a receiver that does not progress is not ended by force-closing its endpoint (on tcp it ends with Request canceled); abandoned, it keeps the closed client worker and the context live for good (2 handles), and its pinned data stays pinned (see pinned-buffer-of-stuck-request)"},

@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"context"
+	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -120,7 +121,7 @@ func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 		o = opt(o) // by value: a pointer would escape, one allocation per map
 	}
 	if src.n < 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "negative length")
+		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
 	}
 	var desc *Descriptor
 	if src.kind == Imported {
@@ -134,7 +135,7 @@ func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 		desc = d
 	}
 	if src.kind == Registered && src.n == 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty buffer")
+		return nil, errs.New(op, ucs.ErrInvalidParam, "empty buffer")
 	}
 	if !c.res.Enter() {
 		return nil, closedError(op)
@@ -192,7 +193,7 @@ func (m *Mem) Bytes() ([]byte, error) {
 // bytes is Bytes for callers inside Enter.
 func (m *Mem) bytes(op string) ([]byte, error) {
 	if m.kind == Imported {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidAddr, "imported memory belongs to the exporting process; use RMA or local operations with this mapping as memh")
+		return nil, errs.New(op, ucs.ErrInvalidAddr, "imported memory belongs to the exporting process; use RMA or local operations with this mapping as memh")
 	}
 	if m.n == 0 {
 		return []byte{}, nil
@@ -216,7 +217,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	}
 	defer m.res.Exit()
 	if m.kind == Imported {
-		return dst, ucs.Errorf(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
+		return dst, errs.New(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
 	}
 	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.res.State.h)
 	if st == 0 {
@@ -225,7 +226,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	if ucs.Status(st) == ucs.ErrUnsupported {
 		return dst, errExportUnsupported
 	}
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return dst, err
 	}
 	return b, nil
@@ -233,7 +234,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 
 // errExportUnsupported is shared: the unsupported answer is the common one
 // on machines without export-capable hardware, and errors are immutable.
-var errExportUnsupported = ucs.Errorf("ucp: export memory handle", ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
+var errExportUnsupported = errs.New("ucp: export memory handle", ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
 
 // PackRkey packs the mapping's remote key (ucp_rkey_pack) for a peer's
 // Endpoint.UnpackRkey.
@@ -251,7 +252,7 @@ func (m *Mem) AppendRkey(dst []byte) ([]byte, error) {
 	if st == 0 {
 		m.rkeyLen.Store(int32(n))
 	}
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return dst, err
 	}
 	return b, nil
@@ -267,7 +268,7 @@ func (m *Mem) Close() error {
 // span checks [off, off+n) against the mapping and returns its address.
 func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 	if off < 0 || n < 0 || uint64(off)+uint64(n) > uint64(m.n) {
-		return nil, ucs.Errorf(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", n, off, m.n)
+		return nil, errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", n, off, m.n)
 	}
 	return unsafe.Add(m.addr, off), nil
 }
@@ -311,7 +312,7 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, error) {
 	const op = "ucp: unpack rkey"
 	if len(packed) == 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "empty rkey")
+		return nil, errs.New(op, ucs.ErrInvalidParam, "empty rkey")
 	}
 	var scratch [rkeyScratchSize]byte
 	padded, err := checkRkey(scratch[:0], packed)
@@ -330,7 +331,7 @@ func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, 
 	ep.w.mu.Lock()
 	c, st := ep.c.UnpackRkey(padded)
 	ep.w.mu.Unlock()
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, explainRkeyRefusal(err, packed)
 	}
 	rk := &RemoteKey{}

@@ -93,7 +93,7 @@ func stream(s *streamSide, kind string, timeout time.Duration, stop <-chan struc
 		select {
 		case <-stop:
 			for j := range inflight {
-				inflight[j].Cancel()
+				inflight[j].Detach()
 			}
 			return nil, time.Now()
 		default:
@@ -116,7 +116,7 @@ func stream(s *streamSide, kind string, timeout time.Duration, stop <-chan struc
 		}
 		if err != nil {
 			for j := range inflight {
-				inflight[j].Cancel()
+				inflight[j].Detach()
 			}
 			return err, time.Now()
 		}
@@ -130,7 +130,7 @@ func stream(s *streamSide, kind string, timeout time.Duration, stop <-chan struc
 		inflight = inflight[1:]
 		if err != nil {
 			for j := range inflight {
-				inflight[j].Cancel()
+				inflight[j].Detach()
 			}
 			return err, time.Now()
 		}

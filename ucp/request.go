@@ -2,7 +2,9 @@ package ucp
 
 import (
 	"context"
+	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -10,161 +12,310 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// Request is a non-blocking operation: Put, Get, SendAM, Flush and the
-// like return one. UCX records its completion in request memory; Wait or
-// Test reads it, so no Go code runs inside UCX per operation. A Request
-// must be waited for until done, or cancelled.
-type Request struct {
-	w   *Worker
-	c   cgo.Request
-	op  string
-	pin *runtime.Pinner // Go memory pinned for the operation, if any
-	// uses are the mapping and remote key an in-flight operation uses: it
-	// holds a reference on each, so that closing them waits for it.
+// Request is a non-blocking operation: Put, Get, SendAM and the like
+// return one. It is a small value that may be copied freely (appended to a
+// slice, sent on a channel): every copy refers to the same operation, and
+// any copy may be waited for, from any goroutine. UCX records completion
+// in request memory; Wait or Test reads it, so no Go code runs inside UCX
+// per operation.
+//
+// A Wait whose ctx ends leaves the operation in flight, and a later Wait
+// resumes it. A request nobody will wait for is given to its worker with
+// Detach; one dropped without Detach is detached when the garbage
+// collector finds it unreachable. Either way the worker releases it (and
+// what it holds: pinned buffers, the mapping and remote key it uses) once
+// UCX completes it. There is no Cancel: UCX cancels only tag receives,
+// which this binding does not offer (ucp_request_cancel ignores every other
+// request, UCX 1.16 to 1.22 sources). The zero Request is not an
+// operation: its Wait returns an error wrapping ucs.ErrInvalidParam.
+type Request struct{ p *request }
+
+// request is the state every copy of a Request shares.
+type request struct {
+	mu      sync.Mutex
+	w       *Worker
+	op      string
+	fl      *inflight // the operation in flight; nil once done or detached
+	waiting int       // Waits in progress; a detach while >0 is done by the last
+	done    bool
+	gone    bool // detached
+	err     error
+	n       uint64
+	cleanup runtime.Cleanup
+}
+
+// inflight is what an operation in flight holds. A dropped request's
+// cleanup hands it to the worker, so it references neither the request
+// nor the Worker (a collected worker is drained from its state alone).
+type inflight struct {
+	res  *handle.Resource[workerState] // holds a reference on it
+	c    cgo.Request
+	pin  *runtime.Pinner // Go memory pinned for the operation, if any
 	uses [2]handle.Parent
 	// gets is the endpoint's count of gets in flight, for a get.
-	gets *atomic.Int32
-	// after runs once UCX is done with the request (after Wait, Test, or
-	// when the worker reaps it once abandoned).
+	gets  *atomic.Int32
 	after func()
-	done  bool
-	err   error
-	n     uint64
 }
+
+// completedOK is every request that completed at once without error: such
+// requests allocate nothing. It is never written.
+var completedOK = &request{done: true}
 
 // newRequest wraps a started operation. An in-flight request takes a
 // reference on the worker and on what it uses (the caller is inside their
-// Enter).
+// Enter); one that completed at once releases pin.
 func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses ...handle.Parent) Request {
-	req := Request{w: w, c: r, op: op, pin: pin}
 	if r.P == nil {
-		req.finish(ucs.Status(r.St), 0)
-		return req
+		if pin != nil {
+			unpin(pin)
+		}
+		return completedRequest(op, ucs.Status(r.St), 0)
 	}
+	fl := &inflight{res: w.res, c: r, pin: pin}
 	w.res.Ref()
 	for i, u := range uses {
 		if u != nil {
 			u.Ref()
-			req.uses[i] = u
+			fl.uses[i] = u
 		}
 	}
-	return req
+	p := &request{w: w, op: op, fl: fl}
+	p.cleanup = runtime.AddCleanup(p, detachDropped, fl)
+	return Request{p}
 }
 
-func (r *Request) finish(st ucs.Status, n uint64) {
-	r.done, r.n = true, n
+// completedRequest is a request that completed at once.
+func completedRequest(op string, st ucs.Status, n uint64) Request {
+	if st == ucs.OK && n == 0 {
+		return Request{completedOK}
+	}
+	p := &request{op: op, done: true, n: n}
 	if st != ucs.OK {
-		r.err = &ucs.Error{Op: r.op, Err: st}
+		p.err = &ucs.Error{Op: op, Err: st}
 	}
-	r.releaseHolds()
-	if r.after != nil {
-		r.after()
-		r.after = nil
-	}
+	return Request{p}
 }
 
-// releaseHolds unpins and drops the references of a finished operation.
-func (r *Request) releaseHolds() {
-	if r.gets != nil {
-		r.gets.Add(-1)
-		r.gets = nil
+// releaseHolds unpins and drops the references of a finished operation,
+// except the worker's.
+func (fl *inflight) releaseHolds() {
+	if fl.gets != nil {
+		fl.gets.Add(-1)
 	}
-	if r.pin != nil {
-		unpin(r.pin)
-		r.pin = nil
+	if fl.pin != nil {
+		unpin(fl.pin)
 	}
-	for i, u := range r.uses {
+	for _, u := range fl.uses {
 		if u != nil {
 			u.Release()
-			r.uses[i] = nil
 		}
+	}
+	if fl.after != nil {
+		fl.after()
 	}
 }
 
-// complete releases a finished in-flight request.
-func (r *Request) complete() {
-	st, n := r.c.Result()
-	r.w.mu.Lock()
-	r.w.c.Release(r.c, false)
-	r.w.mu.Unlock()
-	r.w.res.Release()
-	r.c.P = nil
-	r.finish(ucs.Status(st), n)
+// handOver gives an operation in flight to its worker, which releases it
+// once UCX completes it, with the reference it holds.
+func (fl *inflight) handOver() { abandonTo(fl.res, fl.c, fl.releaseHolds) }
+
+// detachDropped is the cleanup of a request dropped while in flight.
+func detachDropped(fl *inflight) { fl.handOver() }
+
+func neverStarted(op string) error {
+	if op == "" {
+		op = "ucp: request"
+	}
+	return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the zero Request is not an operation"}
+}
+
+// finishLocked records the outcome of a completed operation and releases
+// it. Called with p.mu held, p.fl set and done in UCX.
+func (p *request) finishLocked() {
+	fl := p.fl
+	p.fl = nil
+	p.cleanup.Stop()
+	st, n := fl.c.Result()
+	s := &fl.res.State
+	s.mu.Lock()
+	s.c.Release(fl.c, false)
+	s.mu.Unlock()
+	p.done, p.n = true, n
+	if st != 0 {
+		p.err = &ucs.Error{Op: p.op, Err: ucs.Status(st)}
+	}
+	fl.releaseHolds()
+	fl.res.Release()
 }
 
 // Test reports whether the request is done, progressing the worker once if
 // it is not; err is its outcome once done.
-func (r *Request) Test() (done bool, err error) {
-	if r.done {
-		return true, r.err
+func (r Request) Test() (done bool, err error) {
+	p := r.p
+	if p == nil {
+		return false, neverStarted("")
 	}
-	if r.c.P == nil {
-		return false, &ucs.Error{Op: r.op, Err: ucs.ErrInvalidParam, Reason: "request was never started"}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return true, p.err
 	}
-	if !r.c.Done() {
-		r.w.progress()
-		if !r.c.Done() {
+	if p.gone {
+		return false, detachedError(p.op)
+	}
+	if !p.fl.c.Done() {
+		p.w.progress()
+		if !p.fl.c.Done() {
 			return false, nil
 		}
 	}
-	r.complete()
-	return true, r.err
+	if p.waiting > 0 { // a Wait reads the request and will release it
+		return true, p.result(p.fl)
+	}
+	p.finishLocked()
+	return true, p.err
 }
 
-// Wait blocks until the request completes or ctx is done. When ctx ends
-// first, Wait returns an error wrapping ucs.ErrTimedOut or ucs.ErrCanceled
-// (and ctx.Err()); the operation itself may still complete, and the worker
-// releases it then.
-func (r *Request) Wait(ctx context.Context) error {
-	if r.done {
-		return r.err
+// result is the outcome of an operation UCX completed, not yet released.
+func (p *request) result(fl *inflight) error {
+	if st, _ := fl.c.Result(); st != 0 {
+		return &ucs.Error{Op: p.op, Err: ucs.Status(st)}
 	}
-	if r.c.P == nil {
-		return &ucs.Error{Op: r.op, Err: ucs.ErrInvalidParam, Reason: "request was never started"}
+	return nil
+}
+
+func detachedError(op string) error {
+	return &ucs.Error{Op: op, Err: ucs.ErrCanceled, Reason: "the request was detached; its worker releases it"}
+}
+
+// Wait blocks until the request completes or ctx is done, and returns the
+// operation's outcome. When ctx ends first, Wait returns an error wrapping
+// ucs.ErrTimedOut or ucs.ErrCanceled (and ctx.Err()) and the operation
+// stays in flight: a later Wait resumes it, or Detach gives it up.
+func (r Request) Wait(ctx context.Context) error {
+	p := r.p
+	if p == nil {
+		return neverStarted("")
 	}
-	for !r.c.Done() {
-		if err := r.w.waitFor(ctx, waitReady{op: r.op, req: r.c}); err != nil {
-			if r.c.Done() {
-				break
-			}
-			r.abandon()
-			return &ucs.Error{Op: r.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting", Wrapped: ctx.Err()}
+	p.mu.Lock()
+	if p.done {
+		p.mu.Unlock()
+		return p.err
+	}
+	if p.gone {
+		p.mu.Unlock()
+		return detachedError(p.op)
+	}
+	// While a Wait runs, the operation stays with the request (a Detach
+	// meanwhile is completed by the last Wait): the Wait reads its memory.
+	fl := p.fl
+	p.waiting++
+	p.mu.Unlock()
+	var err error
+	for !fl.c.Done() {
+		if err = p.w.waitFor(ctx, waitReady{op: p.op, req: fl.c}); err != nil {
+			break
 		}
 	}
-	r.complete()
-	return r.err
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting--
+	switch {
+	case p.done:
+	case p.gone:
+		if p.waiting == 0 {
+			p.handOverLocked()
+		}
+		return detachedError(p.op)
+	case fl.c.Done():
+		if p.waiting == 0 {
+			p.finishLocked()
+		} else {
+			// Another Wait still reads the request: it finishes it.
+			return p.result(fl)
+		}
+	default:
+		return &ucs.Error{Op: p.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting; the operation is still in flight", Wrapped: ctx.Err()}
+	}
+	return p.err
 }
 
-// Cancel asks UCX to cancel the request (UCX may complete it instead) and
-// hands it to the worker, which releases it when UCX is done with it.
-func (r *Request) Cancel() {
-	if r.done || r.c.P == nil {
+// Detach gives the operation to its worker, which releases it when UCX
+// completes it: for a request nobody will wait for (a send whose outcome
+// does not matter). Every copy then reports an error wrapping
+// ucs.ErrCanceled from Wait, and Done stays false. Detaching a done
+// request does nothing.
+func (r Request) Detach() {
+	p := r.p
+	if p == nil {
 		return
 	}
-	r.w.mu.Lock()
-	r.w.c.Cancel(r.c)
-	r.w.mu.Unlock()
-	r.abandon()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done || p.gone {
+		return
+	}
+	p.gone = true
+	if p.waiting == 0 {
+		p.handOverLocked()
+	}
 }
 
-func (r *Request) abandon() {
-	held := *r // the worker releases what it holds once UCX is done
-	// What the worker keeps must not reference the Worker: a collected
-	// worker is drained from its state alone (collectWorker).
-	held.w = nil
-	r.w.abandon(r.c, func() {
-		held.releaseHolds()
-		if held.after != nil {
-			held.after()
-		}
-	})
-	r.c.P, r.pin, r.after, r.uses, r.gets = nil, nil, nil, [2]handle.Parent{}, nil
-	r.done = true
-	r.err = &ucs.Error{Op: r.op, Err: ucs.ErrCanceled, Reason: "abandoned before completion"}
+func (p *request) handOverLocked() {
+	fl := p.fl
+	p.fl = nil
+	p.cleanup.Stop()
+	fl.handOver()
 }
 
 // Done reports whether Wait or Test has seen the request complete.
-func (r *Request) Done() bool { return r.done }
+func (r Request) Done() bool {
+	if r.p == nil {
+		return false
+	}
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	return r.p.done
+}
 
 // Length is the number of bytes received, for receive operations.
-func (r *Request) Length() int { return int(r.n) }
+func (r Request) Length() int {
+	if r.p == nil {
+		return 0
+	}
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	return int(r.p.n)
+}
+
+// await waits for an operation the binding started for itself (a flush, an
+// endpoint close) that holds a reference on w, and runs after once UCX is
+// done with it. If ctx ends first it hands the operation to the worker.
+// It allocates nothing.
+func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func()) error {
+	if r.P == nil {
+		w.res.Release()
+		if after != nil {
+			after()
+		}
+		return errs.Status(ucs.Status(r.St), op)
+	}
+	for !r.Done() {
+		if err := w.waitFor(ctx, waitReady{op: op, req: r}); err != nil {
+			if r.Done() {
+				break
+			}
+			abandonTo(w.res, r, after)
+			return &ucs.Error{Op: op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting", Wrapped: ctx.Err()}
+		}
+	}
+	st, _ := r.Result()
+	w.mu.Lock()
+	w.c.Release(r, false)
+	w.mu.Unlock()
+	w.res.Release()
+	if after != nil {
+		after()
+	}
+	return errs.Status(ucs.Status(st), op)
+}

@@ -3,6 +3,7 @@ package ucp
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/ucxgo/ucx/internal/errs"
 	"math/bits"
 	"slices"
 	"sync"
@@ -88,7 +89,7 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 })
 
 func rkeyError(format string, args ...any) error {
-	return ucs.Errorf("ucp: unpack rkey", ucs.ErrInvalidParam, format, args...)
+	return errs.New("ucp: unpack rkey", ucs.ErrInvalidParam, format, args...)
 }
 
 // walkRkey checks b against the packed rkey format of UCX 1.16 to 1.23
@@ -268,7 +269,7 @@ func explainRkeyRefusal(err error, packed []byte) error {
 	if loaded.Minor < 19 || !errors.Is(err, ucs.ErrUnsupported) || !hasEmptyEntry(packed) {
 		return err
 	}
-	return ucs.Errorf("ucp: unpack rkey", ucs.ErrUnsupported,
+	return errs.New("ucp: unpack rkey", ucs.ErrUnsupported,
 		"UCX %s here cannot unpack a key packed by UCX 1.16 to 1.18 whose tcp or cma entry reaches this endpoint (those transports lost memory registration in 1.19); "+
 			"between such releases use active messages, or keep tcp and cma out of this side's UCX_TLS where another transport reaches the peer (see the README's UCX releases)", loaded)
 }

@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -104,7 +105,7 @@ func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *
 
 func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	if rkey == nil {
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "nil remote key")
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "nil remote key")
 	}
 	if !rkey.res.Enter() {
 		return Request{}, closedError(op)
@@ -117,7 +118,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	if rkey.res.State.ep != ep.id {
 		// UCX takes the key's lanes from the endpoint it was unpacked on and
 		// applies them to this one unchecked.
-		return Request{}, ucs.Errorf(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
 	ep.w.mu.Lock()
 	var r cgo.Request
@@ -128,9 +129,10 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	}
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
-	if !put && !req.done {
-		req.gets = ep.res.State.gets
-		req.gets.Add(1)
+	if !put && r.P != nil {
+		fl := req.p.fl
+		fl.gets = ep.res.State.gets
+		fl.gets.Add(1)
 	}
 	return req, nil
 }

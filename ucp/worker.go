@@ -3,6 +3,7 @@ package ucp
 import (
 	"context"
 	"errors"
+	"github.com/ucxgo/ucx/internal/errs"
 	"os"
 	"runtime"
 	"sync"
@@ -141,7 +142,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	}
 	defer c.res.Exit()
 	cw, st := c.c.CreateWorker(int(o.mode))
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
@@ -161,7 +162,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 func (w *Worker) openEventFD() error {
 	const op = "ucp: worker event fd"
 	fd, st := w.c.EventFD()
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
 	dup, err := syscall.Dup(fd)
@@ -215,7 +216,7 @@ func (w *Worker) Address() ([]byte, error) {
 	w.mu.Lock()
 	addr, st := w.c.Address()
 	w.mu.Unlock()
-	if err := ucs.StatusError(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	return addr, nil
@@ -321,87 +322,65 @@ func (s *workerState) reapAbandoned() (reaped []abandonedRequest) {
 	return reaped
 }
 
-// abandon hands an in-flight request to the worker, which releases it when
-// UCX completes it. The request's worker reference moves with it.
-func (w *Worker) abandon(r cgo.Request, after func()) {
-	w.mu.Lock()
-	w.res.State.abandoned = append(w.res.State.abandoned, abandonedRequest{r, after})
-	if w.res.Closed() {
-		w.startDrain()
+// abandonTo hands an in-flight request to its worker, which releases it
+// when UCX completes it; the request's worker reference moves with it. It
+// needs only the worker's state: a dropped request's cleanup calls it, and
+// its Worker may be gone. A closed worker is drained, so that nobody needs
+// to progress it.
+func abandonTo(res *handle.Resource[workerState], r cgo.Request, after func()) {
+	s := &res.State
+	s.mu.Lock()
+	s.abandoned = append(s.abandoned, abandonedRequest{r, after})
+	s.mu.Unlock()
+	startDrain(res)
+}
+
+// collectWorker is the cleanup of a Worker garbage collected without
+// Close: requests abandoned to it still hold the UCX worker, and nobody
+// progresses it any more, so it is drained as a closed worker is.
+func collectWorker(r *handle.Resource[workerState]) {
+	if r.Closed() { // Close ran and drains: the Worker is unreachable, so nothing races this
+		return
 	}
-	w.mu.Unlock()
+	r.Ref() // keep the UCX worker for startDrain to look at
+	r.Collect()
+	startDrain(r)
+	r.Release()
 }
 
 // startDrain starts the drain of a closed worker with abandoned requests,
-// unless one runs. Called with mu held, by a caller holding a reference
-// (the UCX worker is alive); the drain takes its own.
-func (w *Worker) startDrain() {
-	if w.res.State.draining || len(w.res.State.abandoned) == 0 {
-		return
+// unless one runs. The caller holds a reference (the UCX worker is alive);
+// the drain takes its own.
+func startDrain(r *handle.Resource[workerState]) {
+	s := &r.State
+	s.mu.Lock()
+	start := r.Closed() && !s.draining && len(s.abandoned) > 0
+	if start {
+		s.draining = true
+		r.Ref()
 	}
-	w.res.Ref()
-	w.res.State.draining = true
-	go w.drain()
+	s.mu.Unlock()
+	if start {
+		go drain(r)
+	}
 }
 
 // drainTimeout bounds how long a closed worker is progressed for requests
 // abandoned to it.
 const drainTimeout = 30 * time.Second
 
+// drainPoll is how often drain progresses: it works from the worker's
+// state alone (the Worker may be collected), so it has no event-fd sleep.
+const drainPoll = time.Millisecond
+
 // drain progresses a closed worker until the requests abandoned to it are
 // done. After Close nobody else progresses it, yet UCX completes requests
-// (and endpoint closes) only in progress: without this a request whose
+// (and endpoint closes) only in progress: without it a request whose
 // waiter gave up would keep the worker, its context and what the request
 // uses alive for good. A request that does not complete within
 // drainTimeout (its peer neither answers nor fails) stays with the worker,
 // which then stays too. startDrain set draining and took a reference.
-func (w *Worker) drain() {
-	defer w.res.Release()
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	for {
-		w.mu.Lock()
-		if len(w.res.State.abandoned) == 0 || ctx.Err() != nil {
-			w.res.State.draining = false
-			w.mu.Unlock()
-			return
-		}
-		w.mu.Unlock()
-		w.waitFor(ctx, waitReady{drain: true})
-	}
-}
-
-// collectWorker is the cleanup of a Worker garbage collected without
-// Close. Requests abandoned to it (an endpoint close handed over by the
-// endpoint's own cleanup, a Wait that gave up) still hold the UCX worker,
-// and nobody progresses it any more: drainCollected finishes them from the
-// state alone, as Close's drain does for a closed worker.
-func collectWorker(r *handle.Resource[workerState]) {
-	if r.Closed() { // Close ran (and drains): the Worker is unreachable, so nothing races this
-		return
-	}
-	r.Ref() // the owner's reference is still there: keep the UCX worker for the drain
-	r.Collect()
-	s := &r.State
-	s.mu.Lock()
-	start := !s.draining && len(s.abandoned) > 0
-	s.draining = s.draining || start
-	s.mu.Unlock()
-	if start {
-		go drainCollected(r)
-		return
-	}
-	r.Release()
-}
-
-// drainCollectedPoll is how often drainCollected progresses: it has no
-// Worker, so no event-fd sleep.
-const drainCollectedPoll = time.Millisecond
-
-// drainCollected progresses a collected worker until the requests
-// abandoned to it are done, for at most drainTimeout, and drops the
-// reference collectWorker took.
-func drainCollected(r *handle.Resource[workerState]) {
+func drain(r *handle.Resource[workerState]) {
 	defer r.Release()
 	s := &r.State
 	deadline := time.Now().Add(drainTimeout)
@@ -423,7 +402,7 @@ func drainCollected(r *handle.Resource[workerState]) {
 		if done {
 			return
 		}
-		time.Sleep(drainCollectedPoll)
+		time.Sleep(drainPoll)
 	}
 }
 
@@ -482,7 +461,6 @@ type waitReady struct {
 	// closing, if set, ends a spin once its Close starts (the worker's own
 	// Close always does), so that a long WithSpin cannot hold a Close up.
 	closing interface{ Closing() bool }
-	drain   bool // the drain: spin no longer than DefaultSpin
 }
 
 func (r waitReady) ready() bool {
@@ -504,9 +482,6 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 		}
 	} else {
 		spin := w.spin
-		if ready.drain {
-			spin = min(spin, DefaultSpin)
-		}
 		// Chunks of spinChunk rounds, each one crossing; the clock, ctx and
 		// a Close are looked at between chunks.
 		start := time.Now()
@@ -561,7 +536,7 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 	if st == ucs.ErrBusy {
 		return nil
 	}
-	if err := ucs.StatusError(st, "ucp: arm worker"); err != nil {
+	if err := errs.Status(st, "ucp: arm worker"); err != nil {
 		return err
 	}
 	// A completion another goroutine's progress records from now on signals
@@ -660,9 +635,9 @@ func (w *Worker) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	r := w.c.Flush()
 	w.mu.Unlock()
-	req := newRequest(w, r, op, nil)
+	w.res.Ref() // the flush's, dropped by await
 	w.res.Exit()
-	return req.Wait(ctx)
+	return w.await(ctx, op, r, nil)
 }
 
 // signal wakes a sleeping wait (ucp_worker_signal; safe from any goroutine).
@@ -687,9 +662,7 @@ func (w *Worker) Close() error {
 	// Wake a goroutine asleep in Run or Wait: it sees Closing and ends now
 	// instead of at its next guard tick.
 	if w.res.CloseWaking(w.signal) {
-		w.mu.Lock()
-		w.startDrain()
-		w.mu.Unlock()
+		startDrain(w.res)
 	}
 	w.res.Release()
 	return nil

@@ -2,7 +2,6 @@ package ucs
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/ucxgo/ucx/internal/handle"
 )
@@ -52,28 +51,6 @@ func (e *Error) Status() Status {
 		return s
 	}
 	return OK
-}
-
-// StatusError returns nil for OK, else an *Error for op with cause st.
-func StatusError(st Status, op string, args ...any) error {
-	if st == OK {
-		return nil
-	}
-	return &Error{Op: fmt.Sprintf(op, args...), Err: st}
-}
-
-// StatusOp is StatusError for an op that needs no formatting: it
-// allocates nothing on success.
-func StatusOp(st Status, op string) error {
-	if st == OK {
-		return nil
-	}
-	return &Error{Op: op, Err: st}
-}
-
-// Errorf returns an *Error with cause err and a formatted reason.
-func Errorf(op string, err error, reason string, args ...any) *Error {
-	return &Error{Op: op, Err: err, Reason: fmt.Sprintf(reason, args...)}
 }
 
 // LiveHandles is the number of UCX objects ucx-go holds now; 0 once every

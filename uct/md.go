@@ -3,6 +3,7 @@ package uct
 import (
 	"bytes"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/errs"
 	"strconv"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -25,13 +26,13 @@ func Components() ([]Component, error) {
 		return nil, err
 	}
 	list, st := cgo.Components()
-	if err := ucs.StatusError(ucs.Status(st), "uct: query components"); err != nil {
+	if err := errs.Status(ucs.Status(st), "uct: query components"); err != nil {
 		return nil, err
 	}
 	out := make([]Component, 0, len(list))
 	for _, c := range list {
 		info, st := c.Query()
-		if err := ucs.StatusError(ucs.Status(st), "uct: query component"); err != nil {
+		if err := errs.Status(ucs.Status(st), "uct: query component"); err != nil {
 			return nil, err
 		}
 		out = append(out, Component{Name: info.Name, Flags: info.Flags, MDNames: info.MDNames, c: c})
@@ -69,7 +70,7 @@ func OpenMD(mdName string, opts ...MDOption) (*MD, error) {
 			}
 		}
 	}
-	return nil, ucs.Errorf(fmt.Sprintf("uct: open md %q", mdName), ucs.ErrNoDevice, "no component lists a memory domain of that name")
+	return nil, errs.New(fmt.Sprintf("uct: open md %q", mdName), ucs.ErrNoDevice, "no component lists a memory domain of that name")
 }
 
 // OpenMD opens one of c's memory domains.
@@ -93,7 +94,7 @@ func (c Component) OpenMD(mdName string, opts ...MDOption) (*MD, error) {
 	attr, st := md.Query()
 	if st != 0 {
 		md.Close()
-		return nil, ucs.StatusError(ucs.Status(st), "%s: query attributes", op)
+		return nil, errs.Status(ucs.Status(st), op+": query attributes")
 	}
 	m := &MD{name: mdName, component: c, md: md, attr: newAttr(attr), op: newOpNames(mdName)}
 	m.res = handle.New(nil, func(md *cgo.MD) { md.Close() }, md)
@@ -152,10 +153,10 @@ func (m *MD) CanExport() error {
 
 func (m *MD) exportCapable(op string) error {
 	if !m.attr.Flags.Has(FlagExportedMkey) {
-		return ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_EXPORTED_MKEY")
+		return errs.New(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_EXPORTED_MKEY")
 	}
 	if m.attr.ExportedMkeyPackedSize == 0 {
-		return ucs.Errorf(op, ucs.ErrUnsupported, "md reports an exported mkey packed size of 0")
+		return errs.New(op, ucs.ErrUnsupported, "md reports an exported mkey packed size of 0")
 	}
 	return nil
 }

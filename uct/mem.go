@@ -1,6 +1,7 @@
 package uct
 
 import (
+	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"unsafe"
 
@@ -74,7 +75,7 @@ func (m *MD) newMem(mem *Mem) *Mem {
 // b must not be empty.
 func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 	if len(b) == 0 {
-		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "empty buffer")
+		return nil, errs.New(m.op.register, ucs.ErrInvalidParam, "empty buffer")
 	}
 	mem := new(Mem) // the pin lives in the handle
 	mem.res.State.pin.Pin(unsafe.SliceData(b))
@@ -89,7 +90,7 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 // Go runtime (C or mmap'ed memory). The caller keeps it valid until Close.
 func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
 	if p == nil || n == 0 {
-		return nil, ucs.Errorf(m.op.register, ucs.ErrInvalidParam, "nil pointer or zero length")
+		return nil, errs.New(m.op.register, ucs.ErrInvalidParam, "nil pointer or zero length")
 	}
 	mem := new(Mem)
 	if err := m.register(mem, p, n, flags); err != nil {
@@ -105,13 +106,13 @@ func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) err
 	}
 	defer m.res.Exit()
 	if !m.attr.Flags.Has(FlagReg) {
-		return ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
+		return errs.New(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_REG (flags %s)", m.attr.Flags)
 	}
 	if m.attr.MaxReg != 0 && uint64(n) > m.attr.MaxReg {
-		return ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md registers at most %d", n, m.attr.MaxReg)
+		return errs.New(op, ucs.ErrExceedsLimit, "%d bytes: md registers at most %d", n, m.attr.MaxReg)
 	}
 	memh, st := m.md.Register(p, n, uint64(flags))
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
 	mem.kind, mem.addr, mem.size = Registered, p, n
@@ -125,20 +126,20 @@ func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) err
 func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 	op := m.op.alloc
 	if n <= 0 {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "length %d must be positive", n)
+		return nil, errs.New(op, ucs.ErrInvalidParam, "length %d must be positive", n)
 	}
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}
 	defer m.res.Exit()
 	if !m.attr.Flags.Has(FlagAlloc) {
-		return nil, ucs.Errorf(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_ALLOC (flags %s)", m.attr.Flags)
+		return nil, errs.New(op, ucs.ErrUnsupported, "md lacks UCT_MD_FLAG_ALLOC (flags %s)", m.attr.Flags)
 	}
 	if m.attr.MaxAlloc != 0 && uint64(n) > m.attr.MaxAlloc {
-		return nil, ucs.Errorf(op, ucs.ErrExceedsLimit, "%d bytes: md allocates at most %d", n, m.attr.MaxAlloc)
+		return nil, errs.New(op, ucs.ErrExceedsLimit, "%d bytes: md allocates at most %d", n, m.attr.MaxAlloc)
 	}
 	a, st := m.md.Alloc(uintptr(n), uint64(flags))
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	mem := &Mem{kind: Allocated, addr: a.Address(), size: a.Length()}
@@ -167,10 +168,10 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 		return nil, err
 	}
 	if len(desc) != m.attr.ExportedMkeyPackedSize {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "descriptor is %d bytes, md exports %d-byte keys", len(desc), m.attr.ExportedMkeyPackedSize)
+		return nil, errs.New(op, ucs.ErrInvalidParam, "descriptor is %d bytes, md exports %d-byte keys", len(desc), m.attr.ExportedMkeyPackedSize)
 	}
 	memh, st := m.md.Attach(desc, opts.HideErrors)
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	mem := &Mem{kind: Attached}
@@ -200,7 +201,7 @@ func (mem *Mem) Bytes() ([]byte, error) {
 	}
 	defer mem.res.Exit()
 	if mem.kind == Attached {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidAddr, "attached memory belongs to the exporting process")
+		return nil, errs.New(op, ucs.ErrInvalidAddr, "attached memory belongs to the exporting process")
 	}
 	return unsafe.Slice((*byte)(mem.addr), mem.size), nil
 }
@@ -232,7 +233,7 @@ func (mem *Mem) exportCheck() error {
 		return err
 	}
 	if mem.kind == Attached {
-		return ucs.Errorf(mem.md.op.export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
+		return errs.New(mem.md.op.export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
 	}
 	return nil
 }
@@ -251,11 +252,11 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 	}
 	out := make([]byte, size)
 	overrun, st := mem.md.md.PackMkey(mem.res.State.memh, mem.addr, mem.size, export, out)
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	if overrun {
-		return nil, ucs.Errorf(op, ucs.ErrBufferTooSmall, "UCX wrote past the md's %d-byte packed size (caught in a guard area)", size)
+		return nil, errs.New(op, ucs.ErrBufferTooSmall, "UCX wrote past the md's %d-byte packed size (caught in a guard area)", size)
 	}
 	return out, nil
 }
@@ -291,14 +292,14 @@ func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	}
 	defer m.res.Exit()
 	if len(packed) != m.attr.RkeyPackedSize {
-		return nil, ucs.Errorf(op, ucs.ErrInvalidParam, "packed rkey is %d bytes, md packs %d", len(packed), m.attr.RkeyPackedSize)
+		return nil, errs.New(op, ucs.ErrInvalidParam, "packed rkey is %d bytes, md packs %d", len(packed), m.attr.RkeyPackedSize)
 	}
 	if err := checkRkey(op, m.component.Name, packed); err != nil {
 		return nil, err
 	}
 	comp := m.component.c
 	b, st := comp.UnpackRkey(packed)
-	if err := ucs.StatusOp(ucs.Status(st), op); err != nil {
+	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
 	rk := &RemoteKey{}

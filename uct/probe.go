@@ -3,6 +3,7 @@ package uct
 import (
 	"errors"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/errs"
 	"strings"
 
 	"github.com/ucxgo/ucx/ucs"
@@ -77,5 +78,5 @@ func ExportCapable() (MDReport, error) {
 		}
 		why = append(why, fmt.Sprintf("%s: %s", name, r.Reason))
 	}
-	return MDReport{}, ucs.Errorf("uct: find an export-capable memory domain", ucs.ErrUnsupported, "none of %d can export (%s)", len(reports), strings.Join(why, "; "))
+	return MDReport{}, errs.New("uct: find an export-capable memory domain", ucs.ErrUnsupported, "none of %d can export (%s)", len(reports), strings.Join(why, "; "))
 }

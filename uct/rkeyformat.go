@@ -3,6 +3,7 @@ package uct
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/ucxgo/ucx/internal/errs"
 
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -30,14 +31,14 @@ func checkRkey(op, component string, b []byte) error {
 		return nil
 	}
 	if len(b) < posixRkeyFixed {
-		return ucs.Errorf(op, ucs.ErrInvalidParam, "posix rkey of %d bytes, shorter than its %d-byte header", len(b), posixRkeyFixed)
+		return errs.New(op, ucs.ErrInvalidParam, "posix rkey of %d bytes, shorter than its %d-byte header", len(b), posixRkeyFixed)
 	}
 	if binary.LittleEndian.Uint64(b[posixLengthOffset:]) == 0 {
-		return ucs.Errorf(op, ucs.ErrInvalidParam, "posix rkey with a zero segment length (UCX asserts on it)")
+		return errs.New(op, ucs.ErrInvalidParam, "posix rkey with a zero segment length (UCX asserts on it)")
 	}
 	seg := binary.LittleEndian.Uint64(b)
 	if seg&(posixSegFlagProcfs|posixSegFlagShmOpen) == 0 && bytes.IndexByte(b[posixRkeyFixed:], 0) < 1 {
-		return ucs.Errorf(op, ucs.ErrInvalidParam, "file-backed posix rkey without a NUL-terminated directory")
+		return errs.New(op, ucs.ErrInvalidParam, "file-backed posix rkey without a NUL-terminated directory")
 	}
 	return nil
 }

@@ -210,7 +210,7 @@ func run(ctx context.Context, c config) error {
 		}
 		mu.Unlock()
 		if req, err := reply.SendAM(demo.AMResult, []byte{ok}, []byte(msg), 0); err == nil {
-			go req.Wait(context.Background())
+			req.Detach()
 		}
 	})
 	if err != nil {
@@ -278,7 +278,7 @@ func run(ctx context.Context, c config) error {
 				fmt.Printf("exporter: importer %d connected from %s\n", s.id, s.from)
 			}
 			if req, err := ep.SendAM(demo.AMEnvelope, nil, env, 0); err == nil {
-				go req.Wait(context.Background())
+				req.Detach()
 			}
 			// A dead importer is dropped; the others are served on.
 			go func() {
@@ -338,7 +338,7 @@ func revoke(live []*session, timeout time.Duration) (revoked, unacked int) {
 		}
 		if req, err := s.ep.SendAM(demo.AMRevoke, nil, nil, 0); err == nil {
 			revoked++
-			go req.Wait(context.Background())
+			req.Detach()
 		}
 	}
 	for _, s := range live {

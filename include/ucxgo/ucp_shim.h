@@ -143,6 +143,5 @@ ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
                                     size_t len, ucp_mem_h memh);
 void ucxgo_am_data_release(ucxgo_worker_t *w, void *desc);
 void ucxgo_request_release(ucxgo_worker_t *w, void *req, int cancel);
-void ucxgo_request_cancel(ucxgo_worker_t *w, void *req);
 
 #endif
