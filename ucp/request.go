@@ -30,22 +30,26 @@ import (
 // operation: its Wait returns an error wrapping ucs.ErrInvalidParam.
 type Request struct{ p *request }
 
-// request is the state every copy of a Request shares.
+// request is the state every copy of a Request shares: one allocation per
+// operation that does not complete at once. A finalizer, not a cleanup,
+// detaches it when dropped: it needs the request itself, and a cleanup
+// would cost a second allocation per operation. Nothing a request
+// references refers back to it, as finalizers require.
 type request struct {
 	mu      sync.Mutex
 	w       *Worker
 	op      string
-	fl      *inflight // the operation in flight; nil once done or detached
-	waiting int       // Waits in progress; a detach while >0 is done by the last
+	fl      inflight
+	live    bool // fl is in flight and the request's; false once done or detached
+	waiting int  // Waits in progress; a detach while >0 is done by the last
 	done    bool
 	gone    bool // detached
 	err     error
 	n       uint64
-	cleanup runtime.Cleanup
 }
 
-// inflight is what an operation in flight holds. A dropped request's
-// cleanup hands it to the worker, so it references neither the request
+// inflight is what an operation in flight holds. When the request is
+// detached it moves to the worker, so it references neither the request
 // nor the Worker (a collected worker is drained from its state alone).
 type inflight struct {
 	res  *handle.Resource[workerState] // holds a reference on it
@@ -71,16 +75,15 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 		}
 		return completedRequest(op, ucs.Status(r.St), 0)
 	}
-	fl := &inflight{res: w.res, c: r, pin: pin}
+	p := &request{w: w, op: op, fl: inflight{res: w.res, c: r, pin: pin}, live: true}
 	w.res.Ref()
 	for i, u := range uses {
 		if u != nil {
 			u.Ref()
-			fl.uses[i] = u
+			p.fl.uses[i] = u
 		}
 	}
-	p := &request{w: w, op: op, fl: fl}
-	p.cleanup = runtime.AddCleanup(p, detachDropped, fl)
+	handle.Finalize(p, detachDropped)
 	return Request{p}
 }
 
@@ -115,12 +118,14 @@ func (fl *inflight) releaseHolds() {
 	}
 }
 
-// handOver gives an operation in flight to its worker, which releases it
-// once UCX completes it, with the reference it holds.
-func (fl *inflight) handOver() { abandonTo(fl.res, fl.c, fl.releaseHolds) }
-
-// detachDropped is the cleanup of a request dropped while in flight.
-func detachDropped(fl *inflight) { fl.handOver() }
+// detachDropped is the finalizer of a request dropped while in flight.
+func detachDropped(p *request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.live {
+		p.handOverLocked()
+	}
+}
 
 func neverStarted(op string) error {
 	if op == "" {
@@ -130,11 +135,11 @@ func neverStarted(op string) error {
 }
 
 // finishLocked records the outcome of a completed operation and releases
-// it. Called with p.mu held, p.fl set and done in UCX.
+// it. Called with p.mu held, p.live and done in UCX.
 func (p *request) finishLocked() {
-	fl := p.fl
-	p.fl = nil
-	p.cleanup.Stop()
+	fl := &p.fl
+	p.live = false
+	handle.Unfinalize(p)
 	st, n := fl.c.Result()
 	s := &fl.res.State
 	s.mu.Lock()
@@ -146,6 +151,7 @@ func (p *request) finishLocked() {
 	}
 	fl.releaseHolds()
 	fl.res.Release()
+	p.fl = inflight{}
 }
 
 // Test reports whether the request is done, progressing the worker once if
@@ -170,15 +176,15 @@ func (r Request) Test() (done bool, err error) {
 		}
 	}
 	if p.waiting > 0 { // a Wait reads the request and will release it
-		return true, p.result(p.fl)
+		return true, p.result()
 	}
 	p.finishLocked()
 	return true, p.err
 }
 
 // result is the outcome of an operation UCX completed, not yet released.
-func (p *request) result(fl *inflight) error {
-	if st, _ := fl.c.Result(); st != 0 {
+func (p *request) result() error {
+	if st, _ := p.fl.c.Result(); st != 0 {
 		return &ucs.Error{Op: p.op, Err: ucs.Status(st)}
 	}
 	return nil
@@ -208,12 +214,12 @@ func (r Request) Wait(ctx context.Context) error {
 	}
 	// While a Wait runs, the operation stays with the request (a Detach
 	// meanwhile is completed by the last Wait): the Wait reads its memory.
-	fl := p.fl
+	c := p.fl.c
 	p.waiting++
 	p.mu.Unlock()
 	var err error
-	for !fl.c.Done() {
-		if err = p.w.waitFor(ctx, waitReady{op: p.op, req: fl.c}); err != nil {
+	for !c.Done() {
+		if err = p.w.waitFor(ctx, waitReady{op: p.op, req: c}); err != nil {
 			break
 		}
 	}
@@ -227,12 +233,12 @@ func (r Request) Wait(ctx context.Context) error {
 			p.handOverLocked()
 		}
 		return detachedError(p.op)
-	case fl.c.Done():
+	case c.Done():
 		if p.waiting == 0 {
 			p.finishLocked()
 		} else {
 			// Another Wait still reads the request: it finishes it.
-			return p.result(fl)
+			return p.result()
 		}
 	default:
 		return &ucs.Error{Op: p.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting; the operation is still in flight", Wrapped: ctx.Err()}
@@ -261,11 +267,13 @@ func (r Request) Detach() {
 	}
 }
 
+// handOverLocked gives the operation to its worker, which releases it, and
+// the reference it holds, once UCX completes it.
 func (p *request) handOverLocked() {
 	fl := p.fl
-	p.fl = nil
-	p.cleanup.Stop()
-	fl.handOver()
+	p.fl, p.live = inflight{}, false
+	handle.Unfinalize(p)
+	abandonTo(fl.res, fl.c, fl.releaseHolds)
 }
 
 // Done reports whether Wait or Test has seen the request complete.

@@ -130,7 +130,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
 	if !put && r.P != nil {
-		fl := req.p.fl
+		fl := &req.p.fl
 		fl.gets = ep.res.State.gets
 		fl.gets.Add(1)
 	}
