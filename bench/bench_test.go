@@ -28,7 +28,7 @@ func benchRegister(b *testing.B, n int) {
 	buf := make([]byte, n)
 	b.ReportAllocs()
 	for b.Loop() {
-		m, err := ctx.MemMap(ucp.Register(buf))
+		m, err := ctx.Register(buf)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func BenchmarkAlloc64K(b *testing.B) {
 	ctx := newContext(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		m, err := ctx.MemMap(ucp.Allocate(64 << 10))
+		m, err := ctx.Allocate(64 << 10)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func BenchmarkAlloc64K(b *testing.B) {
 }
 
 func mapped(b *testing.B, ctx *ucp.Context, n int) *ucp.Mem {
-	m, err := ctx.MemMap(ucp.Allocate(n))
+	m, err := ctx.Allocate(n)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,7 +87,11 @@ func BenchmarkZeroExportImport(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		imp, err := ctx.MemMap(ucp.Import(desc))
+		d, err := ucp.ParseDescriptor(desc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		imp, err := ctx.Import(d)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -61,12 +61,12 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer w.Close()
-	target, err := ctx.MemMap(ucp.Allocate(4096))
+	target, err := ctx.Allocate(4096)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
-	echo, err := ctx.MemMap(ucp.Allocate(4096))
+	echo, err := ctx.Allocate(4096)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func newRemote(b *testing.B, tls string) *remote {
 	if err := w.SetAMHandler(amID, func(*ucp.AMMessage) { r.got++ }); err != nil {
 		b.Fatal(err)
 	}
-	if r.local, err = ctx.MemMap(ucp.Allocate(4096)); err != nil {
+	if r.local, err = ctx.Allocate(4096); err != nil {
 		b.Fatal(err)
 	}
 	if r.ep, err = w.ConnectAddress(paddr, ucp.WithPeerErrorHandling(false)); err != nil {

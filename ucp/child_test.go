@@ -59,7 +59,7 @@ func runChild(role string) int {
 	if err != nil {
 		return fail(err)
 	}
-	mem, err := ctx.MemMap(ucp.Allocate(childMemSize))
+	mem, err := ctx.Allocate(childMemSize)
 	if err != nil {
 		return fail(err)
 	}

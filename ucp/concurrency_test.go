@@ -111,7 +111,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 		t.Cleanup(func() { w.Close() })
 		tally := &amTally{}
 		require.NoError(t, w.SetAMHandler(amConcurrent, tally.handle))
-		target, err := ctx.MemMap(ucp.Allocate(goroutines * slot))
+		target, err := ctx.Allocate(goroutines * slot)
 		require.NoError(t, err)
 		t.Cleanup(func() { target.Close() })
 		servers[s] = server{w, target, tally}
@@ -154,7 +154,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 		t.Cleanup(func() { rkey.Close() })
 		links[i] = link{ep, rkey, srv}
 	}
-	local, err := ctx.MemMap(ucp.Allocate(goroutines * slot))
+	local, err := ctx.Allocate(goroutines * slot)
 	require.NoError(t, err)
 	t.Cleanup(func() { local.Close() })
 	lb, err := local.Bytes()

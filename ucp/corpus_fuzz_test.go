@@ -35,7 +35,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range []int{0, 4096} {
-			mem, err := ctx.MemMap(Allocate(n))
+			mem, err := ctx.Allocate(n)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,6 +39,8 @@ type Descriptor struct {
 	ContextUUID uint64         // exporter's UCP context id
 	RegID       uint64         // registration id of the exporter's memh
 	MDs         []DescriptorMD // one per bit of MDMap, ascending
+
+	raw []byte // the validated wire form, a copy: what Context.Import hands UCX
 }
 
 // DescriptorMD is one memory domain's part of a descriptor.
@@ -59,7 +61,7 @@ func descError(format string, args ...any) error {
 // zero-length dummy is accepted only as exactly 3 zero bytes.
 func ParseDescriptor(b []byte) (*Descriptor, error) {
 	if len(b) == descDummySize && b[0] == 0 && b[1] == 0 && b[2] == 0 {
-		return &Descriptor{Dummy: true}, nil
+		return &Descriptor{Dummy: true, raw: []byte{0, 0, 0}}, nil
 	}
 	if len(b) < descHeaderSize {
 		return nil, descError("%d bytes is shorter than the %d-byte header", len(b), descHeaderSize)
@@ -107,6 +109,7 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 	if len(p) != 0 {
 		return nil, descError("%d bytes past the last memory domain", len(p))
 	}
+	d.raw = bytes.Clone(b)
 	return d, nil
 }
 

@@ -5,10 +5,10 @@
 // A host exporter maps memory and exports it; a DPU importer imports the
 // descriptor and drives RDMA on the host's memory:
 //
-//	mem, _ := ctx.MemMap(ucp.Allocate(1 << 20))
+//	mem, _ := ctx.Allocate(1 << 20)
 //	desc, err := mem.Export() // ucs.ErrUnsupported where no MD can export
 //	...
-//	imported, err := ctx.MemMap(ucp.Import(desc)) // validated in Go first
+//	imported, err := ctx.Import(desc) // validated in Go first
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
 // same program falls back to PackRkey / Endpoint.UnpackRkey and RMA. A key

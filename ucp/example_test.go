@@ -19,7 +19,7 @@ func Example_hostExporter() {
 		log.Fatal(err)
 	}
 	defer ctx.Close()
-	mem, err := ctx.MemMap(ucp.Allocate(1 << 20))
+	mem, err := ctx.Allocate(1 << 20)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func Example_dpuImporter() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	host, err := ctx.MemMap(ucp.Import(desc))
+	host, err := ctx.Import(d)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func ExampleWithSpin() {
 		log.Fatal(err)
 	}
 	defer ep.Close(context.Background(), ucp.CloseForce)
-	mem, err := ctx.MemMap(ucp.Allocate(4096))
+	mem, err := ctx.Allocate(4096)
 	if err != nil {
 		log.Fatal(err)
 	}

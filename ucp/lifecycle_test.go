@@ -397,12 +397,13 @@ func lcSetup(e *lcEnv) (err error) {
 			}
 		}
 	}
-	src := ucp.Allocate(1 << 20)
 	if p.smem == "reg" {
 		b := lcTarget()
-		src = ucp.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), len(b))
+		e.smem, err = e.ctx.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), len(b))
+	} else {
+		e.smem, err = e.ctx.Allocate(1 << 20)
 	}
-	if e.smem, err = e.ctx.MemMap(src); err != nil {
+	if err != nil {
 		return wrap("map server memory", err)
 	}
 	if e.packed, err = e.smem.PackRkey(); err != nil {
@@ -412,7 +413,7 @@ func lcSetup(e *lcEnv) (err error) {
 		return wrap("unpack rkey", err)
 	}
 	if p.has("cmem") {
-		if e.cmem, err = e.ctx.MemMap(ucp.Allocate(1 << 20)); err != nil {
+		if e.cmem, err = e.ctx.Allocate(1 << 20); err != nil {
 			return wrap("map client memory", err)
 		}
 	}
@@ -564,8 +565,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		isClosed("ctx", err, "Info")
 		_, err = e.ctx.NewWorker()
 		isClosed("ctx", err, "NewWorker")
-		_, err = e.ctx.MemMap(ucp.Allocate(8))
-		isClosed("ctx", err, "MemMap")
+		_, err = e.ctx.Allocate(8)
+		isClosed("ctx", err, "Allocate")
 	} else {
 		_, err = e.ctx.Info()
 		assert.NoError(t, err, "after %s: Info on open ctx", at)

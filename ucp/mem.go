@@ -27,34 +27,6 @@ func (k MemKind) String() string {
 	return [...]string{"allocated", "registered", "imported"}[k]
 }
 
-var mapOps = [...]string{"ucp: map allocated memory", "ucp: map registered memory", "ucp: map imported memory"}
-
-// MemSource says what MemMap maps: Allocate, Register, RegisterPointer or Import.
-type MemSource struct {
-	kind MemKind
-	n    int
-	b    []byte
-	p    unsafe.Pointer
-	desc []byte
-}
-
-// Allocate has UCX allocate and register n bytes (n may be 0).
-func Allocate(n int) MemSource { return MemSource{kind: Allocated, n: n} }
-
-// Register registers b, which stays pinned until the mapping is closed.
-func Register(b []byte) MemSource { return MemSource{kind: Registered, b: b, n: len(b)} }
-
-// RegisterPointer registers n bytes at p, memory not managed by the Go
-// runtime; the caller keeps it valid until the mapping is closed.
-func RegisterPointer(p unsafe.Pointer, n int) MemSource {
-	return MemSource{kind: Registered, p: p, n: n}
-}
-
-// Import maps a descriptor another process made with Mem.Export. It is
-// validated (ParseDescriptor, and against this machine's memory domains)
-// before any byte reaches UCX.
-func Import(desc []byte) MemSource { return MemSource{kind: Imported, desc: desc} }
-
 // Prot are memory protection flags (UCP_MEM_MAP_PROT_*).
 type Prot uint
 
@@ -67,8 +39,8 @@ const (
 	ProtAll              = ProtLocalRead | ProtLocalWrite | ProtRemoteRead | ProtRemoteWrite
 )
 
-// MapOption configures MemMap.
-type MapOption func(mapOptions) mapOptions
+// MapOption configures Allocate, Register, RegisterPointer and Import.
+type MapOption func(*mapOptions)
 
 type mapOptions struct {
 	prot    Prot
@@ -77,12 +49,12 @@ type mapOptions struct {
 
 // WithProt sets the protection (default ProtAll).
 func WithProt(p Prot) MapOption {
-	return func(o mapOptions) mapOptions { o.prot = p; return o }
+	return func(o *mapOptions) { o.prot = p }
 }
 
 // WithMemoryType sets the memory type (default host).
 func WithMemoryType(t uct.MemoryType) MapOption {
-	return func(o mapOptions) mapOptions { o.memType = t; return o }
+	return func(o *mapOptions) { o.memType = t }
 }
 
 // Mem is a UCP memory mapping (ucp_mem_h).
@@ -113,29 +85,55 @@ func releaseMem(s *memState) {
 
 func (m *Mem) collect() { m.res.Collect() }
 
-// MemMap maps memory for RMA: allocated, registered or imported.
-func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
-	op := mapOps[src.kind]
-	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
-	for _, opt := range opts {
-		o = opt(o) // by value: a pointer would escape, one allocation per map
+// Allocate has UCX allocate and register n bytes (n may be 0), for RMA.
+func (c *Context) Allocate(n int, opts ...MapOption) (*Mem, error) {
+	return c.memMap("ucp: map allocated memory", Allocated, n, nil, nil, nil, opts)
+}
+
+// Register registers b for RMA; b stays pinned until the mapping is closed.
+func (c *Context) Register(b []byte, opts ...MapOption) (*Mem, error) {
+	return c.memMap("ucp: map registered memory", Registered, len(b), unsafe.Pointer(unsafe.SliceData(b)), b, nil, opts)
+}
+
+// RegisterPointer registers n bytes at p, memory not managed by the Go
+// runtime (mmap, C); the caller keeps it valid until the mapping is closed.
+func (c *Context) RegisterPointer(p unsafe.Pointer, n int, opts ...MapOption) (*Mem, error) {
+	return c.memMap("ucp: map registered memory", Registered, n, p, nil, nil, opts)
+}
+
+// Import maps memory another process exported (Mem.Export), from the
+// descriptor ParseDescriptor returned: UCX gets the bytes ParseDescriptor
+// validated, after a check against this machine's memory domains. RMA and
+// local operations then use the mapping as the exporter's memory.
+func (c *Context) Import(d *Descriptor, opts ...MapOption) (*Mem, error) {
+	const op = "ucp: map imported memory"
+	if d == nil || d.raw == nil {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "the descriptor was not made by ParseDescriptor")
 	}
-	if src.n < 0 {
+	if err := c.checkImportable(d); err != nil {
+		return nil, err
+	}
+	return c.memMap(op, Imported, 0, nil, nil, d, opts)
+}
+
+func (c *Context) memMap(op string, kind MemKind, n int, p unsafe.Pointer, pinned []byte, desc *Descriptor, opts []MapOption) (*Mem, error) {
+	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
+	if len(opts) > 0 { // on the heap only when there are options to apply
+		po := &mapOptions{}
+		*po = o
+		for _, opt := range opts {
+			opt(po)
+		}
+		o = *po
+	}
+	if n < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
 	}
-	var desc *Descriptor
-	if src.kind == Imported {
-		d, err := ParseDescriptor(src.desc)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.checkImportable(d); err != nil {
-			return nil, err
-		}
-		desc = d
-	}
-	if src.kind == Registered && src.n == 0 {
+	if kind == Registered && n == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty buffer")
+	}
+	if kind == Registered && p == nil {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "nil pointer")
 	}
 	if !c.res.Enter() {
 		return nil, closedError(op)
@@ -144,22 +142,24 @@ func (c *Context) MemMap(src MemSource, opts ...MapOption) (*Mem, error) {
 
 	// The Mem is allocated first so that the pin lives in it: a mapping is
 	// one allocation.
-	m := &Mem{ctx: c, kind: src.kind, desc: desc}
-	addr := src.p
-	if src.b != nil {
-		addr = unsafe.Pointer(unsafe.SliceData(src.b))
-		m.res.State.pin.Pin(addr)
+	m := &Mem{ctx: c, kind: kind, desc: desc}
+	if pinned != nil {
+		m.res.State.pin.Pin(p)
 	}
-	h, base, n, st := c.c.MemMap(addr, uintptr(src.n), src.kind == Allocated, uint(o.prot), int(o.memType), src.desc)
+	var raw []byte
+	if desc != nil {
+		raw = desc.raw
+	}
+	h, base, size, st := c.c.MemMap(p, uintptr(n), kind == Allocated, uint(o.prot), int(o.memType), raw)
 	if st != 0 {
 		m.res.State.pin.Unpin()
 		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
-		if src.kind == Imported && ucs.Status(st) == ucs.ErrUnreachable {
+		if kind == Imported && ucs.Status(st) == ucs.ErrUnreachable {
 			e.Reason = "no local memory domain matches the descriptor's (no matching MD)"
 		}
 		return nil, e
 	}
-	m.addr, m.n = base, n
+	m.addr, m.n = base, size
 	m.res.State.c, m.res.State.h = c.c, h
 	m.res.Init(c.res, releaseMem)
 	handle.Finalize(m, (*Mem).collect)

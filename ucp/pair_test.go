@@ -47,7 +47,7 @@ func newPair(t *testing.T, tls string, peerErr bool) *pair {
 // key on the client's endpoint; both are closed when the test ends.
 func (p *pair) mapTarget(t *testing.T, size int) (*ucp.Mem, *ucp.RemoteKey) {
 	t.Helper()
-	target, err := p.ctx.MemMap(ucp.Allocate(size))
+	target, err := p.ctx.Allocate(size)
 	require.NoError(t, err)
 	t.Cleanup(func() { target.Close() })
 	packed, err := target.PackRkey()
@@ -85,7 +85,7 @@ func newHandleSet(t *testing.T) handleSet {
 	require.NoError(t, err)
 	h.ep, err = h.w.ConnectAddress(h.addr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
-	h.mem, err = h.ctx.MemMap(ucp.Allocate(4096))
+	h.mem, err = h.ctx.Allocate(4096)
 	require.NoError(t, err)
 	h.packed, err = h.mem.PackRkey()
 	require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 			const size = 16 << 20
 			target, rkey := p.mapTarget(t, size)
 
-			local, err := p.ctx.MemMap(ucp.Allocate(size))
+			local, err := p.ctx.Allocate(size)
 			require.NoError(t, err)
 			defer local.Close()
 			lb, err := local.Bytes()

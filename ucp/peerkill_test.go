@@ -151,7 +151,7 @@ func runStreamer() int {
 	if err != nil {
 		return fail(err)
 	}
-	mem, err := ctx.MemMap(ucp.Allocate(streamMem))
+	mem, err := ctx.Allocate(streamMem)
 	if err != nil {
 		return fail(err)
 	}
@@ -290,7 +290,7 @@ func newStreamServer(t *testing.T) *streamServer {
 	srv.w, err = ctx.NewWorker()
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.w.Close() })
-	srv.mem, err = ctx.MemMap(ucp.Allocate(streamMem))
+	srv.mem, err = ctx.Allocate(streamMem)
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.mem.Close() })
 	require.NoError(t, srv.w.SetAMHandler(amRkey, func(m *ucp.AMMessage) {

@@ -77,11 +77,11 @@ func protResults() io.Writer { return os.NewFile(3, "results") }
 type protRegions struct{ ro, wo *ucp.Mem }
 
 func mapProtRegions(ctx *ucp.Context) (protRegions, error) {
-	ro, err := ctx.MemMap(ucp.Allocate(protSize), ucp.WithProt(roProt))
+	ro, err := ctx.Allocate(protSize, ucp.WithProt(roProt))
 	if err != nil {
 		return protRegions{}, err
 	}
-	wo, err := ctx.MemMap(ucp.Allocate(protSize), ucp.WithProt(woProt))
+	wo, err := ctx.Allocate(protSize, ucp.WithProt(woProt))
 	if err != nil {
 		return protRegions{}, err
 	}

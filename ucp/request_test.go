@@ -40,7 +40,7 @@ func newStalled(t *testing.T) *stalled {
 	s.ep, err = s.client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	t.Cleanup(func() { closeEP(t, s.ep) })
-	s.target, err = s.ctx.MemMap(ucp.Allocate(4096))
+	s.target, err = s.ctx.Allocate(4096)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.target.Close() })
 	b, err := s.target.Bytes()

@@ -123,7 +123,7 @@ func FuzzUnpackRkey(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Cleanup(func() { owner.Close() })
-		mem, err := owner.MemMap(Allocate(4096))
+		mem, err := owner.Allocate(4096)
 		if err != nil {
 			f.Fatal(err)
 		}

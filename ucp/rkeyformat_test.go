@@ -326,14 +326,16 @@ func TestRkeyOfRealMappings(t *testing.T) {
 				require.NoError(t, err)
 				defer owner.Close()
 			}
-			src := Allocate(8192)
+			var mem *Mem
+			var err error
 			switch prio {
 			case "registered":
-				src = Register(make([]byte, 8192))
+				mem, err = owner.Register(make([]byte, 8192))
 			case "empty":
-				src = Allocate(0)
+				mem, err = owner.Allocate(0)
+			default:
+				mem, err = owner.Allocate(8192)
 			}
-			mem, err := owner.MemMap(src)
 			require.NoError(t, err)
 			defer mem.Close()
 			data, err := mem.Bytes()
@@ -372,7 +374,7 @@ func keySizes(k *packedRkey) []int {
 // such a get with an error. So 1.18 builds take host keys only.
 func TestRkeyMemoryTypePolicy(t *testing.T) {
 	tb := newRkeyTestbed(t)
-	mem, err := tb.ctx.MemMap(Register(make([]byte, 4096)))
+	mem, err := tb.ctx.Register(make([]byte, 4096))
 	require.NoError(t, err)
 	defer mem.Close()
 	packed, err := mem.PackRkey()

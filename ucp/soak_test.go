@@ -71,9 +71,9 @@ func TestSoak(t *testing.T) {
 		var mem *ucp.Mem
 		var err error
 		if i%2 == 0 {
-			mem, err = p.ctx.MemMap(ucp.Allocate(size))
+			mem, err = p.ctx.Allocate(size)
 		} else {
-			mem, err = p.ctx.MemMap(ucp.Register(make([]byte, size)))
+			mem, err = p.ctx.Register(make([]byte, size))
 		}
 		require.NoError(t, err, "cycle %d: map", i)
 		if _, err := mem.Export(); !errors.Is(err, ucs.ErrUnsupported) {

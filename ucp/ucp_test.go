@@ -38,7 +38,7 @@ func TestContextInfo(t *testing.T) {
 
 func TestMapKinds(t *testing.T) {
 	ctx := newContext(t)
-	alloc, err := ctx.MemMap(ucp.Allocate(1 << 20))
+	alloc, err := ctx.Allocate(1 << 20)
 	require.NoError(t, err)
 	defer alloc.Close()
 	assert.Equal(t, ucp.Allocated, alloc.Kind())
@@ -48,7 +48,7 @@ func TestMapKinds(t *testing.T) {
 	b[len(b)-1] = 1
 
 	buf := make([]byte, 64<<10)
-	reg, err := ctx.MemMap(ucp.Register(buf), ucp.WithProt(ucp.ProtLocalRead|ucp.ProtRemoteRead))
+	reg, err := ctx.Register(buf, ucp.WithProt(ucp.ProtLocalRead|ucp.ProtRemoteRead))
 	require.NoError(t, err)
 	defer reg.Close()
 	assert.Equal(t, ucp.Registered, reg.Kind())
@@ -56,9 +56,9 @@ func TestMapKinds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &buf[0], &rb[0], "Bytes of a registered slice is that slice")
 
-	_, err = ctx.MemMap(ucp.Register(nil))
+	_, err = ctx.Register(nil)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
-	_, err = ctx.MemMap(ucp.Allocate(-1))
+	_, err = ctx.Allocate(-1)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 
@@ -66,7 +66,7 @@ func TestMapKinds(t *testing.T) {
 // reason, and never aborts.
 func TestExportUnsupportedHere(t *testing.T) {
 	ctx := newContext(t)
-	mem, err := ctx.MemMap(ucp.Allocate(1 << 20))
+	mem, err := ctx.Allocate(1 << 20)
 	require.NoError(t, err)
 	defer mem.Close()
 	desc, err := mem.Export()
@@ -81,7 +81,7 @@ func TestExportUnsupportedHere(t *testing.T) {
 // A zero-length mapping exports UCX's 3-byte dummy, which imports.
 func TestDummyDescriptorImports(t *testing.T) {
 	ctx := newContext(t)
-	empty, err := ctx.MemMap(ucp.Allocate(0))
+	empty, err := ctx.Allocate(0)
 	require.NoError(t, err)
 	defer empty.Close()
 	desc, err := empty.Export()
@@ -92,7 +92,7 @@ func TestDummyDescriptorImports(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Dummy)
 
-	imported, err := ctx.MemMap(ucp.Import(desc))
+	imported, err := ctx.Import(d)
 	require.NoError(t, err)
 	assert.Equal(t, ucp.Imported, imported.Kind())
 	assert.Zero(t, imported.Len())
@@ -107,7 +107,9 @@ func TestDummyDescriptorImports(t *testing.T) {
 // is refused in Go with "no matching MD", never handed to UCX.
 func TestImportNoMatchingMD(t *testing.T) {
 	ctx := newContext(t)
-	_, err := ctx.MemMap(ucp.Import(sampleDescriptor(6)))
+	d, err := ucp.ParseDescriptor(sampleDescriptor(6))
+	require.NoError(t, err)
+	_, err = ctx.Import(d)
 	require.ErrorIs(t, err, ucs.ErrUnreachable)
 	assert.Contains(t, err.Error(), "no matching MD")
 }
@@ -184,7 +186,7 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	ep, err := client.ConnectAddress(addr)
 	require.NoError(t, err)
 	defer closeEP(t, ep)
-	target, err := ctx.MemMap(ucp.Allocate(4096))
+	target, err := ctx.Allocate(4096)
 	require.NoError(t, err)
 	defer target.Close()
 	packed, err := target.PackRkey()
@@ -366,7 +368,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.NoError(t, ctx.Close())
 	_, err = ctx.NewWorker()
 	require.ErrorIs(t, err, ucs.ErrClosed)
-	_, err = ctx.MemMap(ucp.Allocate(8))
+	_, err = ctx.Allocate(8)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = ctx.Info()
 	require.ErrorIs(t, err, ucs.ErrClosed)

@@ -380,13 +380,13 @@ func chooseMode(want string) (envelope.Mode, string, ucp.Feature, error) {
 func mapMemory(ctx *ucp.Context, source string, size int) (*ucp.Mem, func(), error) {
 	switch {
 	case source == "alloc":
-		m, err := ctx.MemMap(ucp.Allocate(size))
+		m, err := ctx.Allocate(size)
 		if err != nil {
 			return nil, nil, err
 		}
 		return m, func() { m.Close() }, nil
 	case source == "go":
-		m, err := ctx.MemMap(ucp.Register(make([]byte, size)))
+		m, err := ctx.Register(make([]byte, size))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -404,7 +404,7 @@ func mapMemory(ctx *ucp.Context, source string, size int) (*ucp.Mem, func(), err
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := ctx.MemMap(ucp.RegisterPointer(unsafePointer(region), size))
+		m, err := ctx.RegisterPointer(unsafePointer(region), size)
 		if err != nil {
 			syscall.Munmap(region)
 			return nil, nil, err

@@ -146,7 +146,7 @@ func runNetClient() int {
 			return nil, errors.New("no envelope")
 		}
 		if s.rkey, err = ep.UnpackRkey(context.Background(), s.env.Key); err == nil {
-			s.local, err = ctx.MemMap(ucp.Allocate(int(s.env.Length)))
+			s.local, err = ctx.Allocate(int(s.env.Length))
 		}
 		if err != nil {
 			s.close(ucp.CloseForce)

@@ -375,7 +375,7 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 // on the exporter endpoint; export mode imports the descriptor and runs
 // the transfers on an endpoint to this worker, host memory as local side.
 func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Envelope) (*link, func(), error) {
-	local, err := ctx.MemMap(ucp.Allocate(int(env.Length)))
+	local, err := ctx.Allocate(int(env.Length))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -387,7 +387,12 @@ func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoi
 		}
 		return &link{ep: ep, rkey: rkey, local: local, raddr: env.Address}, func() { rkey.Close(); local.Close() }, nil
 	}
-	host, err := ctx.MemMap(ucp.Import(env.Key))
+	desc, err := ucp.ParseDescriptor(env.Key)
+	if err != nil {
+		local.Close()
+		return nil, nil, err
+	}
+	host, err := ctx.Import(desc)
 	if err != nil {
 		local.Close()
 		return nil, nil, err
