@@ -64,7 +64,7 @@ func BenchmarkRkeyPack(b *testing.B) {
 	m := mapped(b, newContext(b), 1<<20)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := m.PackRkey(); err != nil {
+		if _, err := m.PackRemoteKey(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -112,7 +112,7 @@ func BenchmarkUCTRegisterPack(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := mem.PackRkey(); err != nil {
+		if _, err := mem.PackRemoteKey(); err != nil {
 			b.Fatal(err)
 		}
 		mem.Close()
@@ -148,14 +148,14 @@ func newPair(b *testing.B, size int) *pair {
 	run, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); server.Run(run) }()
-	addr, _ := server.Address()
-	ep, err := client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	addr, _ := server.PackAddress()
+	ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
 	if err != nil {
 		b.Fatal(err)
 	}
 	p := &pair{ctx: ctx, client: client, ep: ep, target: mapped(b, ctx, size), local: mapped(b, ctx, size)}
-	packed, _ := p.target.PackRkey()
-	if p.rkey, err = ep.UnpackRkey(context.Background(), packed); err != nil {
+	packed, _ := p.target.PackRemoteKey()
+	if p.rkey, err = ep.UnpackRemoteKey(context.Background(), packed); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -173,13 +173,13 @@ func newPair(b *testing.B, size int) *pair {
 // Go first) and destroys it.
 func BenchmarkRkeyUnpack(b *testing.B) {
 	p := newPair(b, 4096)
-	packed, err := p.target.PackRkey()
+	packed, err := p.target.PackRemoteKey()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		rk, err := p.ep.UnpackRkey(context.Background(), packed)
+		rk, err := p.ep.UnpackRemoteKey(context.Background(), packed)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -75,7 +75,7 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rkey, err := target.PackRkey()
+	rkey, err := target.PackRemoteKey()
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	addr, err := w.Address()
+	addr, err := w.PackAddress()
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if ep, err = w.ConnectAddress(caddr, ucp.WithPeerErrorHandling(false)); err != nil {
+	if ep, err = w.ConnectWorker(caddr, ucp.WithPeerErrorHandling(false)); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "ready")
@@ -225,13 +225,13 @@ func newRemote(b *testing.B, tls string) *remote {
 	if r.local, err = ctx.Allocate(4096); err != nil {
 		b.Fatal(err)
 	}
-	if r.ep, err = w.ConnectAddress(paddr, ucp.WithPeerErrorHandling(false)); err != nil {
+	if r.ep, err = w.ConnectWorker(paddr, ucp.WithPeerErrorHandling(false)); err != nil {
 		b.Fatal(err)
 	}
-	if r.rkey, err = r.ep.UnpackRkey(context.Background(), prkey); err != nil {
+	if r.rkey, err = r.ep.UnpackRemoteKey(context.Background(), prkey); err != nil {
 		b.Fatal(err)
 	}
-	addr, err := w.Address()
+	addr, err := w.PackAddress()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -248,8 +248,8 @@ func (e Endpoint) Handle() unsafe.Pointer { return unsafe.Pointer(e.p.ep) }
 // (not a cgo call).
 func (e Endpoint) Error() Status { return Status(e.p.error) }
 
-// ConnectAddress creates an endpoint to a worker address.
-func (w Worker) ConnectAddress(addr []byte, peerErr bool) (Endpoint, Status) {
+// ConnectWorker creates an endpoint to a worker address.
+func (w Worker) ConnectWorker(addr []byte, peerErr bool) (Endpoint, Status) {
 	var e Endpoint
 	st := Status(C.ucxgo_ep_create_addr(w.p, bytesPtr(addr), boolInt(peerErr), &e.p))
 	return e, st
@@ -327,9 +327,9 @@ func (c Context) AppendExport(dst []byte, hint int, h MemHandle) ([]byte, int, S
 	})
 }
 
-// AppendRkey packs h's remote key (ucp_rkey_pack) and appends it to dst
+// AppendRemoteKey packs h's remote key (ucp_rkey_pack) and appends it to dst
 // (see packAppend).
-func (c Context) AppendRkey(dst []byte, hint int, h MemHandle) ([]byte, int, Status) {
+func (c Context) AppendRemoteKey(dst []byte, hint int, h MemHandle) ([]byte, int, Status) {
 	return packAppend(dst, hint, func(out unsafe.Pointer, capacity C.size_t) C.ucxgo_result_t {
 		return C.ucxgo_rkey_pack(c.p, h.p, out, capacity)
 	})
@@ -338,8 +338,8 @@ func (c Context) AppendRkey(dst []byte, hint int, h MemHandle) ([]byte, int, Sta
 // Rkey is an unpacked UCP remote key.
 type Rkey struct{ p C.ucp_rkey_h }
 
-// UnpackRkey unpacks a packed rkey for e.
-func (e Endpoint) UnpackRkey(buf []byte) (Rkey, Status) {
+// UnpackRemoteKey unpacks a packed rkey for e.
+func (e Endpoint) UnpackRemoteKey(buf []byte) (Rkey, Status) {
 	r := C.ucxgo_ep_rkey_unpack(e.p, bytesPtr(buf), C.size_t(len(buf)))
 	return Rkey{C.ucp_rkey_h(r.handle)}, Status(r.status)
 }

@@ -231,8 +231,8 @@ type RkeyBundle struct{ c C.uct_rkey_bundle_t }
 // Rkey is the key value transports use.
 func (b *RkeyBundle) Rkey() uint64 { return uint64(b.c.rkey) }
 
-// UnpackRkey unpacks a packed rkey of c's MDs.
-func (c Component) UnpackRkey(buf []byte) (*RkeyBundle, Status) {
+// UnpackRemoteKey unpacks a packed rkey of c's MDs.
+func (c Component) UnpackRemoteKey(buf []byte) (*RkeyBundle, Status) {
 	b := new(RkeyBundle)
 	if st := Status(C.ucxgo_rkey_unpack(c.p, bytesPtr(buf), C.size_t(len(buf)), &b.c)); st != 0 {
 		return nil, st

@@ -98,7 +98,7 @@ func runChild(role string) int {
 	require(err)
 	ep, err := cr.Accept()
 	require(err)
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	require(err)
 	hdr := binary.LittleEndian.AppendUint64(nil, mem.Address())
 	req, err := ep.SendAM(amRkey, hdr, packed, 0)
@@ -180,7 +180,7 @@ func connectChild(t *testing.T, c *child) *client {
 	select {
 	case m := <-got:
 		cl.raddr = m.addr
-		cl.rkey, err = cl.ep.UnpackRkey(context.Background(), m.packed)
+		cl.rkey, err = cl.ep.UnpackRemoteKey(context.Background(), m.packed)
 		require.NoError(t, err)
 		t.Cleanup(func() { cl.rkey.Close() })
 	case <-time.After(20 * time.Second):

@@ -142,14 +142,14 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 	var links [4]link
 	for i := range links {
 		srv := &servers[i%2]
-		addr, err := srv.w.Address()
+		addr, err := srv.w.PackAddress()
 		require.NoError(t, err)
-		ep, err := client.ConnectAddress(addr, ucp.WithPeerErrorHandling(peerErr))
+		ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(peerErr))
 		require.NoError(t, err)
 		t.Cleanup(func() { closeEP(t, ep) })
-		packed, err := srv.target.PackRkey()
+		packed, err := srv.target.PackRemoteKey()
 		require.NoError(t, err)
-		rkey, err := ep.UnpackRkey(context.Background(), packed)
+		rkey, err := ep.UnpackRemoteKey(context.Background(), packed)
 		require.NoError(t, err)
 		t.Cleanup(func() { rkey.Close() })
 		links[i] = link{ep, rkey, srv}

@@ -39,7 +39,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			packed, err := mem.PackRkey()
+			packed, err := mem.PackRemoteKey()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if key, err = mem.PackRkey(); err != nil {
+			if key, err = mem.PackRemoteKey(); err != nil {
 				t.Fatal(err)
 			}
 			mem.Close()

@@ -11,8 +11,8 @@
 //	imported, err := ctx.Import(desc) // validated in Go first
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
-// same program falls back to PackRkey / Endpoint.UnpackRkey and RMA. A key
-// may be unpacked at once after Connect or ConnRequest.Accept: UnpackRkey
+// same program falls back to PackRemoteKey / Endpoint.UnpackRemoteKey and RMA. A key
+// may be unpacked at once after Connect or ConnRequest.Accept: UnpackRemoteKey
 // waits (within its ctx) for the endpoint's wire-up first.
 //
 // # UCX releases
@@ -44,7 +44,7 @@
 // "single" thread mode is never safe by itself); workers are created
 // UCS_THREAD_MODE_SERIALIZED unless asked otherwise, and contexts share
 // workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
-// Close, Accept, UnpackRkey on a new listener endpoint) progress the worker
+// Close, Accept, UnpackRemoteKey on a new listener endpoint) progress the worker
 // for a while (WithSpin), then sleep in Go's netpoller on the worker's event
 // fd, not holding the mutex, and honour their context.Context.
 // Worker.Close wakes Run and Worker.Wait, which return ucs.ErrClosed.

@@ -69,7 +69,7 @@ type Endpoint struct {
 	id uint64 // tells the endpoint a remote key was unpacked on
 
 	// wiring: made through a listener, and no flush has completed on it
-	// yet, so its UCX configuration may still change (see UnpackRkey).
+	// yet, so its UCX configuration may still change (see UnpackRemoteKey).
 	wiring atomic.Bool
 }
 
@@ -114,14 +114,14 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 	return ep, nil
 }
 
-// ConnectAddress creates an endpoint to the worker whose Address is addr.
-func (w *Worker) ConnectAddress(addr []byte, opts ...EndpointOption) (*Endpoint, error) {
+// ConnectWorker creates an endpoint to the worker whose Address is addr.
+func (w *Worker) ConnectWorker(addr []byte, opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: connect to worker address"
 	if len(addr) == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty address")
 	}
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectAddress(addr, o.peerErr) })
+	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(addr, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr

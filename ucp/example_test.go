@@ -29,7 +29,7 @@ func Example_hostExporter() {
 	mode := "export"
 	if errors.Is(err, ucs.ErrUnsupported) {
 		mode = "rkey"
-		key, err = mem.PackRkey()
+		key, err = mem.PackRemoteKey()
 	}
 	if err != nil {
 		log.Fatal(err)
@@ -87,11 +87,11 @@ func ExampleWithSpin() {
 	go func() { ran <- target.Run(run) }()
 	defer func() { stop(); <-ran }()
 
-	addr, err := target.Address()
+	addr, err := target.PackAddress()
 	if err != nil {
 		log.Fatal(err)
 	}
-	ep, err := client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func ExampleWithSpin() {
 		log.Fatal(err)
 	}
 	copy(b, "hello")
-	packed, err := mem.PackRkey() // sent to the client in a real program
+	packed, err := mem.PackRemoteKey() // sent to the client in a real program
 	if err != nil {
 		log.Fatal(err)
 	}
-	rkey, err := ep.UnpackRkey(context.Background(), packed)
+	rkey, err := ep.UnpackRemoteKey(context.Background(), packed)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -72,7 +72,7 @@ const (
 
 type lcPlan struct {
 	tls     string // shm: posix,sysv,self, no peer error handling; tcp: with it
-	connect string // listener: Connect + Accept; address: ConnectAddress both ways
+	connect string // listener: Connect + Accept; address: ConnectWorker both ways
 	run     bool   // the server worker is progressed by Run
 	smem    string // alloc: UCX allocates the target; reg: test-owned memory registered
 	rma     string // get, put, getmem, putmem (mem forms use cmem when the plan has it)
@@ -332,10 +332,10 @@ func lcSetup(e *lcEnv) (err error) {
 	if err = e.sw.SetAMHandler(lcAM, func(*ucp.AMMessage) {}); err != nil {
 		return wrap("am handler", err)
 	}
-	if e.swAddr, err = e.sw.Address(); err != nil {
+	if e.swAddr, err = e.sw.PackAddress(); err != nil {
 		return wrap("server address", err)
 	}
-	if e.cwAddr, err = e.cw.Address(); err != nil {
+	if e.cwAddr, err = e.cw.PackAddress(); err != nil {
 		return wrap("client address", err)
 	}
 	if p.run {
@@ -346,7 +346,7 @@ func lcSetup(e *lcEnv) (err error) {
 	}
 
 	// Connecting needs both sides progressed; a server the plan never
-	// progresses is left alone when ConnectAddress needs no round trip.
+	// progresses is left alone when ConnectWorker needs no round trip.
 	var stops []func()
 	defer func() {
 		for _, stop := range stops {
@@ -379,11 +379,11 @@ func lcSetup(e *lcEnv) (err error) {
 			return wrap("accept endpoint", err)
 		}
 	} else {
-		if e.cep, err = e.cw.ConnectAddress(e.swAddr, epOpt); err != nil {
+		if e.cep, err = e.cw.ConnectWorker(e.swAddr, epOpt); err != nil {
 			return wrap("client connect address", err)
 		}
 		if p.has("sep") {
-			if e.sep, err = e.sw.ConnectAddress(e.cwAddr, epOpt); err != nil {
+			if e.sep, err = e.sw.ConnectWorker(e.cwAddr, epOpt); err != nil {
 				return wrap("server connect address", err)
 			}
 		}
@@ -406,10 +406,10 @@ func lcSetup(e *lcEnv) (err error) {
 	if err != nil {
 		return wrap("map server memory", err)
 	}
-	if e.packed, err = e.smem.PackRkey(); err != nil {
+	if e.packed, err = e.smem.PackRemoteKey(); err != nil {
 		return wrap("pack rkey", err)
 	}
-	if e.rkey, err = e.cep.UnpackRkey(context.Background(), e.packed); err != nil {
+	if e.rkey, err = e.cep.UnpackRemoteKey(context.Background(), e.packed); err != nil {
 		return wrap("unpack rkey", err)
 	}
 	if p.has("cmem") {
@@ -580,17 +580,17 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		if e.closed[k.what] {
 			_, err = k.w.Progress()
 			isClosed(k.what, err, "Progress")
-			_, err = k.w.Address()
+			_, err = k.w.PackAddress()
 			isClosed(k.what, err, "Address")
 			isClosed(k.what, k.w.Wait(ctx), "Wait")
 			isClosed(k.what, k.w.Flush(ctx), "Flush")
 			_, err = k.w.Listen("127.0.0.1:0")
 			isClosed(k.what, err, "Listen")
-			_, err = k.w.ConnectAddress(k.peer)
-			isClosed(k.what, err, "ConnectAddress")
+			_, err = k.w.ConnectWorker(k.peer)
+			isClosed(k.what, err, "ConnectWorker")
 			isClosed(k.what, k.w.SetAMHandler(lcAM+1, func(*ucp.AMMessage) {}), "SetAMHandler")
 		} else {
-			_, err = k.w.Address()
+			_, err = k.w.PackAddress()
 			assert.NoError(t, err, "after %s: Address on open %s", at, k.what)
 		}
 	}
@@ -619,8 +619,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		}
 		if e.closed[k.what] {
 			isClosed(k.what, k.ep.Flush(ctx), "Flush")
-			_, err = k.ep.UnpackRkey(context.Background(), e.packed)
-			isClosed(k.what, err, "UnpackRkey")
+			_, err = k.ep.UnpackRemoteKey(context.Background(), e.packed)
+			isClosed(k.what, err, "UnpackRemoteKey")
 			_, err = k.ep.SendAM(lcAM, nil, []byte{1}, 0)
 			isClosed(k.what, err, "SendAM")
 			if !e.closed["rkey"] { // with a closed key the key answers first
@@ -630,8 +630,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		} else if !e.closed["smem"] { // a key of unmapped memory: UCX logs errors
 			// Unpacking needs no progress; a failed peer may refuse it,
 			// but never with ErrClosed.
-			rk, err := k.ep.UnpackRkey(context.Background(), e.packed)
-			assert.NotErrorIs(t, err, ucs.ErrClosed, "after %s: UnpackRkey on open %s", at, k.what)
+			rk, err := k.ep.UnpackRemoteKey(context.Background(), e.packed)
+			assert.NotErrorIs(t, err, ucs.ErrClosed, "after %s: UnpackRemoteKey on open %s", at, k.what)
 			if rk != nil {
 				assert.NoError(t, rk.Close())
 			}
@@ -648,8 +648,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		if e.closed[k.what] {
 			_, err = k.m.Bytes()
 			isClosed(k.what, err, "Bytes")
-			_, err = k.m.PackRkey()
-			isClosed(k.what, err, "PackRkey")
+			_, err = k.m.PackRemoteKey()
+			isClosed(k.what, err, "PackRemoteKey")
 			_, err = k.m.Export()
 			isClosed(k.what, err, "Export")
 			_, err = e.cep.GetMem(k.m, 0, 8, e.smem.Address(), e.rkey) // the mapping is checked first
@@ -657,8 +657,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		} else {
 			_, err = k.m.Bytes()
 			assert.NoError(t, err, "after %s: Bytes on open %s", at, k.what)
-			_, err = k.m.PackRkey()
-			assert.NoError(t, err, "after %s: PackRkey on open %s", at, k.what)
+			_, err = k.m.PackRemoteKey()
+			assert.NoError(t, err, "after %s: PackRemoteKey on open %s", at, k.what)
 		}
 	}
 

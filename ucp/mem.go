@@ -236,19 +236,19 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 // on machines without export-capable hardware, and errors are immutable.
 var errExportUnsupported = errs.New("ucp: export memory handle", ucs.ErrUnsupported, "no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY")
 
-// PackRkey packs the mapping's remote key (ucp_rkey_pack) for a peer's
-// Endpoint.UnpackRkey.
-func (m *Mem) PackRkey() ([]byte, error) { return m.AppendRkey(nil) }
+// PackRemoteKey packs the mapping's remote key (ucp_rkey_pack) for a peer's
+// Endpoint.UnpackRemoteKey.
+func (m *Mem) PackRemoteKey() ([]byte, error) { return m.AppendRemoteKey(nil) }
 
-// AppendRkey is PackRkey appending the key to dst, which allocates nothing
+// AppendRemoteKey is PackRemoteKey appending the key to dst, which allocates nothing
 // when dst has room.
-func (m *Mem) AppendRkey(dst []byte) ([]byte, error) {
+func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 	const op = "ucp: pack rkey"
 	if !m.res.Enter() {
 		return dst, closedError(op)
 	}
 	defer m.res.Exit()
-	b, n, st := m.ctx.c.AppendRkey(dst, int(m.rkeyLen.Load()), m.res.State.h)
+	b, n, st := m.ctx.c.AppendRemoteKey(dst, int(m.rkeyLen.Load()), m.res.State.h)
 	if st == 0 {
 		m.rkeyLen.Store(int32(n))
 	}
@@ -302,14 +302,14 @@ func releaseRkey(s *rkeyState) {
 
 func (rk *RemoteKey) collect() { rk.res.Collect() }
 
-// UnpackRkey unpacks a key packed by the peer's Mem.PackRkey. On an
+// UnpackRemoteKey unpacks a key packed by the peer's Mem.PackRemoteKey. On an
 // endpoint made by Connect or ConnRequest.Accept whose wire-up has not been
 // seen to finish (no Flush has completed on it), it first flushes the
 // endpoint, waiting within ctx: UCX binds a key to the endpoint's
 // configuration of the moment, and a key unpacked before wire-up changes
 // that configuration made UCX abort the process at the first put or get
 // (an assertion in proto_select.c, 13 of 18 runs on 1.18.1).
-func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, error) {
+func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*RemoteKey, error) {
 	const op = "ucp: unpack rkey"
 	if len(packed) == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty rkey")
@@ -329,7 +329,7 @@ func (ep *Endpoint) UnpackRkey(ctx context.Context, packed []byte) (*RemoteKey, 
 	}
 	defer ep.res.Exit()
 	ep.w.mu.Lock()
-	c, st := ep.c.UnpackRkey(padded)
+	c, st := ep.c.UnpackRemoteKey(padded)
 	ep.w.mu.Unlock()
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, explainRkeyRefusal(err, packed)

@@ -79,7 +79,7 @@ func TestConnectBadAddress(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrInvalidAddr)
 	_, err = w.Listen("300.1.1.1:1")
 	require.ErrorIs(t, err, ucs.ErrInvalidAddr)
-	_, err = w.ConnectAddress(nil)
+	_, err = w.ConnectWorker(nil)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 
@@ -141,7 +141,7 @@ func TestCloseParentsFirst(t *testing.T) {
 	require.NoError(t, ctx.Close())
 	require.NoError(t, w.Close())
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
-	_, err := mem.PackRkey()
+	_, err := mem.PackRemoteKey()
 	require.NoError(t, err, "a mapping outlives its closed context")
 	require.NoError(t, mem.Close())
 	require.NoError(t, rkey.Close())

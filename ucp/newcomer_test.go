@@ -105,10 +105,10 @@ func unpackRightAfterConnect(t *testing.T) {
 	target, err := p.ctx.Allocate(4096)
 	require.NoError(t, err)
 	defer target.Close()
-	packed, err := target.PackRkey()
+	packed, err := target.PackRemoteKey()
 	require.NoError(t, err)
 
-	rkey, err := p.cep.UnpackRkey(waitCtx(t), packed)
+	rkey, err := p.cep.UnpackRemoteKey(waitCtx(t), packed)
 	require.NoError(t, err)
 	defer rkey.Close()
 	want := bytes.Repeat([]byte{0x5a}, 64)
@@ -126,7 +126,7 @@ func unpackRightAfterConnect(t *testing.T) {
 // then close what a newcomer has in the order it comes to mind, starting
 // with the target mapping (issue 12, item 3 reported a SIGSEGV in the
 // endpoint's release every time; this order over tcp and over shared
-// memory has not crashed here since the wire-up wait in UnpackRkey).
+// memory has not crashed here since the wire-up wait in UnpackRemoteKey).
 func TestCloseInNaturalOrderWithUnflushedPut(t *testing.T) {
 	runRounds(t, "TestCloseInNaturalOrderWithUnflushedPutOnce", 4, 5)
 }
@@ -158,9 +158,9 @@ func closeInNaturalOrder(t *testing.T, peerErr bool) {
 	runWorker(t, server)
 	target, err := ctx.Allocate(1 << 16)
 	require.NoError(t, err)
-	packed, err := target.PackRkey()
+	packed, err := target.PackRemoteKey()
 	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(waitCtx(t), packed)
+	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
 	require.NoError(t, err)
 	req, err := ep.Put(bytes.Repeat([]byte{1}, 1<<16), target.Address(), rkey)
 	require.NoError(t, err)
@@ -177,7 +177,7 @@ func closeInNaturalOrder(t *testing.T, peerErr bool) {
 }
 
 // TestFlippedBitInPeerKey: one bit flipped in a peer's packed key (bit 0 of
-// byte 12, inside the System V part: the segment id), then UnpackRkey. UCX
+// byte 12, inside the System V part: the segment id), then UnpackRemoteKey. UCX
 // failed to attach the segment and the process died with SIGSEGV in 2 of 4
 // runs under -race (issue 12, item 0). Every bit of the System V part is
 // flipped in turn: each must give a key or an error, never a crash.
@@ -196,22 +196,22 @@ func flipEveryBitOfSysvPart(t *testing.T) {
 	require.NoError(t, err)
 	defer client.Close()
 	runWorker(t, server)
-	addr, err := server.Address()
+	addr, err := server.PackAddress()
 	require.NoError(t, err)
-	ep, err := client.ConnectAddress(addr)
+	ep, err := client.ConnectWorker(addr)
 	require.NoError(t, err)
 	defer closeEP(t, ep)
 	target, err := ctx.Allocate(4096)
 	require.NoError(t, err)
 	defer target.Close()
-	packed, err := target.PackRkey()
+	packed, err := target.PackRemoteKey()
 	require.NoError(t, err)
 	part := sysvPart(t, packed)
 	for i := part; i < part+12; i++ {
 		for bit := range 8 {
 			flipped := bytes.Clone(packed)
 			flipped[i] ^= 1 << bit
-			rk, err := ep.UnpackRkey(waitCtx(t), flipped)
+			rk, err := ep.UnpackRemoteKey(waitCtx(t), flipped)
 			if err == nil {
 				rk.Close()
 			}
@@ -269,16 +269,16 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	client, err := ctx.NewWorker()
 	require.NoError(t, err)
 	defer client.Close()
-	addr, err := server.Address()
+	addr, err := server.PackAddress()
 	require.NoError(t, err)
-	ep, err := client.ConnectAddress(addr)
+	ep, err := client.ConnectWorker(addr)
 	require.NoError(t, err)
 	target, err := ctx.Allocate(4096)
 	require.NoError(t, err)
 	defer target.Close()
-	packed, err := target.PackRkey()
+	packed, err := target.PackRemoteKey()
 	require.NoError(t, err)
-	rkey, err := ep.UnpackRkey(waitCtx(t), packed)
+	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
 	require.NoError(t, err)
 	defer rkey.Close()
 	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)

@@ -35,9 +35,9 @@ func newPair(t *testing.T, tls string, peerErr bool) *pair {
 
 	runWorker(t, p.server)
 
-	saddr, err := p.server.Address()
+	saddr, err := p.server.PackAddress()
 	require.NoError(t, err)
-	p.ep, err = p.client.ConnectAddress(saddr, ucp.WithPeerErrorHandling(peerErr))
+	p.ep, err = p.client.ConnectWorker(saddr, ucp.WithPeerErrorHandling(peerErr))
 	require.NoError(t, err)
 	t.Cleanup(func() { closeEP(t, p.ep) })
 	return p
@@ -50,9 +50,9 @@ func (p *pair) mapTarget(t *testing.T, size int) (*ucp.Mem, *ucp.RemoteKey) {
 	target, err := p.ctx.Allocate(size)
 	require.NoError(t, err)
 	t.Cleanup(func() { target.Close() })
-	packed, err := target.PackRkey()
+	packed, err := target.PackRemoteKey()
 	require.NoError(t, err)
-	rkey, err := p.ep.UnpackRkey(context.Background(), packed)
+	rkey, err := p.ep.UnpackRemoteKey(context.Background(), packed)
 	require.NoError(t, err)
 	t.Cleanup(func() { rkey.Close() })
 	return target, rkey
@@ -81,15 +81,15 @@ func newHandleSet(t *testing.T) handleSet {
 	require.NoError(t, err)
 	h.peer, err = h.ctx.NewWorker()
 	require.NoError(t, err)
-	h.addr, err = h.peer.Address()
+	h.addr, err = h.peer.PackAddress()
 	require.NoError(t, err)
-	h.ep, err = h.w.ConnectAddress(h.addr, ucp.WithPeerErrorHandling(false))
+	h.ep, err = h.w.ConnectWorker(h.addr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	h.mem, err = h.ctx.Allocate(4096)
 	require.NoError(t, err)
-	h.packed, err = h.mem.PackRkey()
+	h.packed, err = h.mem.PackRemoteKey()
 	require.NoError(t, err)
-	h.rkey, err = h.ep.UnpackRkey(context.Background(), h.packed)
+	h.rkey, err = h.ep.UnpackRemoteKey(context.Background(), h.packed)
 	require.NoError(t, err)
 	return h
 }

@@ -177,7 +177,7 @@ func runStreamer() int {
 	if err != nil {
 		return fail(err)
 	}
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	if err != nil {
 		return fail(err)
 	}
@@ -189,7 +189,7 @@ func runStreamer() int {
 		return fail(err)
 	}
 	s := &streamSide{ep: ep, mem: mem, raddr: <-raddrs}
-	if s.rkey, err = ep.UnpackRkey(context.Background(), <-keys); err != nil {
+	if s.rkey, err = ep.UnpackRemoteKey(context.Background(), <-keys); err != nil {
 		return fail(err)
 	}
 	if os.Getenv(streamModeEnv) != "stream" {
@@ -314,7 +314,7 @@ func (srv *streamServer) accept(t *testing.T) *streamSide {
 	ep, err := cr.Accept()
 	require.NoError(t, err)
 	t.Cleanup(func() { closeEP(t, ep) })
-	packed, err := srv.mem.PackRkey()
+	packed, err := srv.mem.PackRemoteKey()
 	require.NoError(t, err)
 	req, err := ep.SendAM(amRkey, rkeyHeader(srv.mem), packed, 0)
 	require.NoError(t, err)
@@ -325,7 +325,7 @@ func (srv *streamServer) accept(t *testing.T) *streamSide {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no key from the child")
 	}
-	s.rkey, err = ep.UnpackRkey(context.Background(), <-srv.keys)
+	s.rkey, err = ep.UnpackRemoteKey(context.Background(), <-srv.keys)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.rkey.Close() })
 	return s

@@ -103,13 +103,13 @@ func mapProtRegions(ctx *ucp.Context) (protRegions, error) {
 // line is what the target tells the peer: its worker address and, per
 // region, the address and packed rkey.
 func (r protRegions) line(w *ucp.Worker) (string, error) {
-	addr, err := w.Address()
+	addr, err := w.PackAddress()
 	if err != nil {
 		return "", err
 	}
 	line := "PROT " + hex.EncodeToString(addr)
 	for _, m := range []*ucp.Mem{r.ro, r.wo} {
-		packed, err := m.PackRkey()
+		packed, err := m.PackRemoteKey()
 		if err != nil {
 			return "", err
 		}
@@ -196,7 +196,7 @@ func protOps(ep *ucp.Endpoint, line string, out io.Writer) int {
 		if err != nil {
 			return 0, nil, err
 		}
-		rk, err := ep.UnpackRkey(context.Background(), b)
+		rk, err := ep.UnpackRemoteKey(context.Background(), b)
 		return a, rk, err
 	}
 	roAddr, roKey, err := rkey(f[2], f[3])
@@ -254,7 +254,7 @@ func protPeer() int {
 			peerErr = tr.peerErr
 		}
 	}
-	ep, err := w.ConnectAddress(addr, ucp.WithPeerErrorHandling(peerErr))
+	ep, err := w.ConnectWorker(addr, ucp.WithPeerErrorHandling(peerErr))
 	if err != nil {
 		return childFail("prot-peer", err)
 	}
@@ -283,11 +283,11 @@ func protSelf() int {
 	run, stop := context.WithCancel(context.Background())
 	defer stop()
 	go w.Run(run)
-	addr, err := w.Address()
+	addr, err := w.PackAddress()
 	if err != nil {
 		return childFail("prot-self", err)
 	}
-	ep, err := w.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	ep, err := w.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
 	if err != nil {
 		return childFail("prot-self", err)
 	}

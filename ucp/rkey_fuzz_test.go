@@ -106,7 +106,7 @@ func (s *rkeySandbox) allows(k *packedRkey) (ok bool, region uint64) {
 	return true, region
 }
 
-// FuzzUnpackRkey feeds foreign bytes to Endpoint.UnpackRkey: malformed keys
+// FuzzUnpackRkey feeds foreign bytes to Endpoint.UnpackRemoteKey: malformed keys
 // must be refused in Go (ucs.ErrInvalidParam); well-formed ones whose
 // shared-memory parts name the test's own segments go to the real
 // ucp_ep_rkey_unpack on an endpoint to this worker, and a key that names an
@@ -128,7 +128,7 @@ func FuzzUnpackRkey(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Cleanup(func() { mem.Close() })
-		packed, err := mem.PackRkey()
+		packed, err := mem.PackRemoteKey()
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func FuzzUnpackRkey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		k, perr := parseRkey(b)
 		if perr != nil {
-			_, err := tb.ep.UnpackRkey(context.Background(), b)
+			_, err := tb.ep.UnpackRemoteKey(context.Background(), b)
 			if len(b) > 0 && !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("a malformed key was not refused: %v (%v)", err, perr)
 			}
@@ -160,7 +160,7 @@ func FuzzUnpackRkey(f *testing.F) {
 		if !ok {
 			return
 		}
-		rk, err := tb.ep.UnpackRkey(context.Background(), b)
+		rk, err := tb.ep.UnpackRemoteKey(context.Background(), b)
 		if errors.Is(err, ucs.ErrExceedsLimit) {
 			// The worker's table of rkey configurations (128 on UCX 1.18)
 			// is full of fuzzed memory types and MD maps: start afresh.

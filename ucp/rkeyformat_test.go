@@ -284,9 +284,9 @@ func (tb *rkeyTestbed) connect(t testing.TB) {
 	var err error
 	tb.w, err = tb.ctx.NewWorker()
 	require.NoError(t, err)
-	addr, err := tb.w.Address()
+	addr, err := tb.w.PackAddress()
 	require.NoError(t, err)
-	tb.ep, err = tb.w.ConnectAddress(addr, WithPeerErrorHandling(false))
+	tb.ep, err = tb.w.ConnectWorker(addr, WithPeerErrorHandling(false))
 	require.NoError(t, err)
 }
 
@@ -343,12 +343,12 @@ func TestRkeyOfRealMappings(t *testing.T) {
 			for i := range data {
 				data[i] = byte(i * 13)
 			}
-			packed, err := mem.PackRkey()
+			packed, err := mem.PackRemoteKey()
 			require.NoError(t, err)
 			k, err := parseRkey(packed)
 			require.NoError(t, err)
 			t.Logf("%s: %d bytes, md_map %#x, key sizes %v", prio, len(packed), k.mdMap, keySizes(k))
-			rk, err := tb.ep.UnpackRkey(context.Background(), packed)
+			rk, err := tb.ep.UnpackRemoteKey(context.Background(), packed)
 			require.NoError(t, err)
 			defer rk.Close()
 			if len(data) == 0 {
@@ -377,12 +377,12 @@ func TestRkeyMemoryTypePolicy(t *testing.T) {
 	mem, err := tb.ctx.Register(make([]byte, 4096))
 	require.NoError(t, err)
 	defer mem.Close()
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	require.NoError(t, err)
 	for mt := uct.MemoryType(1); mt.KnownByLoaded(); mt++ {
 		b := bytes.Clone(packed)
 		b[8] = byte(mt)
-		rk, err := tb.ep.UnpackRkey(context.Background(), b)
+		rk, err := tb.ep.UnpackRemoteKey(context.Background(), b)
 		if ucs.LoadedVersion().Minor < 21 {
 			require.ErrorIs(t, err, ucs.ErrInvalidParam)
 			assert.Contains(t, err.Error(), "only host memory keys")
@@ -396,21 +396,21 @@ func TestRkeyMemoryTypePolicy(t *testing.T) {
 	}
 }
 
-// Endpoint.UnpackRkey refuses malformed keys before UCX, and the error does
+// Endpoint.UnpackRemoteKey refuses malformed keys before UCX, and the error does
 // not carry the key's bytes.
 func TestUnpackRkeyRefusesMalformed(t *testing.T) {
 	tb := newRkeyTestbed(t)
 	b := mustHex(recordedRkeys[0].hex)
 	bad := append(bytes.Clone(b), 0x42, 0x43)
-	_, err := tb.ep.UnpackRkey(context.Background(), bad)
+	_, err := tb.ep.UnpackRemoteKey(context.Background(), bad)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "ucp: unpack rkey: Invalid parameter: truncated distance")
 	assert.NotContains(t, err.Error(), fmt.Sprintf("%x", b[9:]))
-	_, err = tb.ep.UnpackRkey(context.Background(), b[:20])
+	_, err = tb.ep.UnpackRemoteKey(context.Background(), b[:20])
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 
-// BenchmarkCheckRkey is the Go-side cost every Endpoint.UnpackRkey pays.
+// BenchmarkCheckRkey is the Go-side cost every Endpoint.UnpackRemoteKey pays.
 func BenchmarkCheckRkey(b *testing.B) {
 	for _, r := range recordedRkeys[:2] {
 		b.Run(r.name, func(b *testing.B) {

@@ -27,7 +27,7 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 	target, err := p.ctx.Allocate(64 << 10)
 	require.NoError(t, err)
 	defer target.Close()
-	rkey, err := target.PackRkey()
+	rkey, err := target.PackRemoteKey()
 	require.NoError(t, err)
 
 	rng := rand.New(rand.NewPCG(6, 6))
@@ -84,17 +84,17 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 
 	// Remote keys refused by the binding: empty, on a closed endpoint, or
 	// used after their key was closed.
-	_, err = p.ep.UnpackRkey(context.Background(), nil)
+	_, err = p.ep.UnpackRemoteKey(context.Background(), nil)
 	collect("empty rkey", err)
-	addr, err := p.server.Address()
+	addr, err := p.server.PackAddress()
 	require.NoError(t, err)
-	closed, err := p.client.ConnectAddress(addr, ucp.WithPeerErrorHandling(false))
+	closed, err := p.client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	closeEP(t, closed)
-	_, err = closed.UnpackRkey(context.Background(), rkey)
+	_, err = closed.UnpackRemoteKey(context.Background(), rkey)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	collect("closed endpoint", err)
-	rk, err := p.ep.UnpackRkey(context.Background(), rkey)
+	rk, err := p.ep.UnpackRemoteKey(context.Background(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, rk.Close())
 	_, err = p.ep.Put([]byte{1}, target.Address(), rk)
@@ -122,7 +122,7 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 			}
 			secrets["uct rkey"] = garbage
 			var k *uct.RemoteKey
-			log := captureOutput(t, func() { k, err = md.UnpackRkey(garbage) })
+			log := captureOutput(t, func() { k, err = md.UnpackRemoteKey(garbage) })
 			if err == nil {
 				k.Close() // an MD whose keys carry no checkable content
 			}

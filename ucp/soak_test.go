@@ -79,9 +79,9 @@ func TestSoak(t *testing.T) {
 		if _, err := mem.Export(); !errors.Is(err, ucs.ErrUnsupported) {
 			require.NoError(t, err, "cycle %d: export attempt", i)
 		}
-		packed, err := mem.PackRkey()
+		packed, err := mem.PackRemoteKey()
 		require.NoError(t, err, "cycle %d: pack rkey", i)
-		rkey, err := p.ep.UnpackRkey(context.Background(), packed)
+		rkey, err := p.ep.UnpackRemoteKey(context.Background(), packed)
 		require.NoError(t, err, "cycle %d: unpack rkey", i)
 		off := (i * 64) % (size - len(payload))
 		binary.LittleEndian.PutUint64(payload, uint64(i))

@@ -206,8 +206,12 @@ func (w *Worker) Stats() Stats {
 // Context is the worker's context.
 func (w *Worker) Context() *Context { return w.ctx }
 
-// Address is the worker's packed address, for ConnectAddress on a peer.
-func (w *Worker) Address() ([]byte, error) {
+// WorkerAddress is a worker's packed address (ucp_worker_get_address),
+// for a peer's Worker.ConnectWorker. It is opaque bytes: send it as is.
+type WorkerAddress []byte
+
+// PackAddress is the worker's packed address, for ConnectWorker on a peer.
+func (w *Worker) PackAddress() (WorkerAddress, error) {
 	const op = "ucp: worker address"
 	if !w.res.Enter() {
 		return nil, closedError(op)

@@ -58,13 +58,13 @@ func ExampleMD_Register() {
 		return
 	}
 	defer mem.Close()
-	key, err := mem.PackRkey()
+	key, err := mem.PackRemoteKey()
 	fmt.Printf("registered %d bytes, rkey %d bytes, err %v\n", mem.Len(), len(key), err)
 	// Output: registered 4096 bytes, rkey 0 bytes, err <nil>
 }
 
 // Pack a remote key and unpack it, as a peer would.
-func ExampleMD_UnpackRkey() {
+func ExampleMD_UnpackRemoteKey() {
 	md, err := uct.OpenMD("sysv")
 	if err != nil {
 		fmt.Println(err)
@@ -77,12 +77,12 @@ func ExampleMD_UnpackRkey() {
 		return
 	}
 	defer mem.Close()
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	rk, err := md.UnpackRkey(packed)
+	rk, err := md.UnpackRemoteKey(packed)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -210,10 +210,10 @@ func (mem *Mem) closedErr(op string) error {
 	return &ucs.Error{Op: op, Err: ucs.ErrClosed}
 }
 
-// PackRkey packs the memory's remote key (uct_md_mkey_pack_v2 without
+// PackRemoteKey packs the memory's remote key (uct_md_mkey_pack_v2 without
 // flags) into a new slice of the MD's rkey packed size, which is 0 for MDs
 // that need no key (self, tcp, cma).
-func (mem *Mem) PackRkey() ([]byte, error) {
+func (mem *Mem) PackRemoteKey() ([]byte, error) {
 	op := mem.md.op.packRkey
 	return mem.pack(op, false, mem.md.attr.RkeyPackedSize, nil)
 }
@@ -282,10 +282,10 @@ func releaseRkey(s *rkeyState) { s.comp.ReleaseRkey(s.bundle) }
 
 func (rk *RemoteKey) collect() { rk.res.Collect() }
 
-// UnpackRkey unpacks a key packed by Mem.PackRkey on an MD of the same
+// UnpackRemoteKey unpacks a key packed by Mem.PackRemoteKey on an MD of the same
 // component. Its length must be the MD's rkey packed size; it is checked
 // before UCX sees the bytes.
-func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
+func (m *MD) UnpackRemoteKey(packed []byte) (*RemoteKey, error) {
 	op := m.op.unpack
 	if err := m.enter(op); err != nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (m *MD) UnpackRkey(packed []byte) (*RemoteKey, error) {
 		return nil, err
 	}
 	comp := m.component.c
-	b, st := comp.UnpackRkey(packed)
+	b, st := comp.UnpackRemoteKey(packed)
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func openFuzzMDs(f *testing.F) []uctFuzzMD {
 				f.Fatal(err)
 			}
 			f.Cleanup(func() { mem.Close() })
-			if fm.packed, err = mem.PackRkey(); err != nil {
+			if fm.packed, err = mem.PackRemoteKey(); err != nil {
 				f.Fatal(err)
 			}
 		}
@@ -55,7 +55,7 @@ func ownSegment(component string, key, real []byte) bool {
 	return true // self, tcp, cma read nothing
 }
 
-// FuzzUnpackRkey feeds foreign bytes to MD.UnpackRkey on each MD: a key of
+// FuzzUnpackRkey feeds foreign bytes to MD.UnpackRemoteKey on each MD: a key of
 // the wrong length or malformed for the component is refused in Go
 // (ucs.ErrInvalidParam); a well-formed one naming the test's own segment is
 // unpacked by the real uct_rkey_unpack and released.
@@ -72,7 +72,7 @@ func FuzzUnpackRkey(f *testing.F) {
 			want = checkRkey(op, m.md.component.Name, b) == nil
 		}
 		if !want {
-			if _, err := m.md.UnpackRkey(b); !errors.Is(err, ucs.ErrInvalidParam) {
+			if _, err := m.md.UnpackRemoteKey(b); !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("md %s: a malformed key was not refused: %v", m.md.name, err)
 			}
 			return
@@ -80,7 +80,7 @@ func FuzzUnpackRkey(f *testing.F) {
 		if m.packed != nil && !ownSegment(m.md.component.Name, b, m.packed) {
 			return
 		}
-		rk, err := m.md.UnpackRkey(b)
+		rk, err := m.md.UnpackRemoteKey(b)
 		if err == nil {
 			rk.Close()
 		}

@@ -21,23 +21,23 @@ func TestPosixRkeyChecked(t *testing.T) {
 	mem, err := md.Alloc(4096, 0)
 	require.NoError(t, err)
 	defer mem.Close()
-	real, err := mem.PackRkey()
+	real, err := mem.PackRemoteKey()
 	require.NoError(t, err)
 	require.NoError(t, checkRkey("op", "posix", real))
-	rk, err := md.UnpackRkey(real)
+	rk, err := md.UnpackRemoteKey(real)
 	require.NoError(t, err)
 	require.NoError(t, rk.Close())
 
 	zero := bytes.Clone(real)
 	copy(zero[posixLengthOffset:], make([]byte, 8))
-	_, err = md.UnpackRkey(zero)
+	_, err = md.UnpackRemoteKey(zero)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "zero segment length")
 
 	le := binary.LittleEndian
 	file := bytes.Clone(real)
 	le.PutUint64(file, le.Uint64(file)&^(posixSegFlagProcfs|posixSegFlagShmOpen))
-	_, err = md.UnpackRkey(file)
+	_, err = md.UnpackRemoteKey(file)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "without a NUL-terminated directory")
 

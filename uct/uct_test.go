@@ -178,10 +178,10 @@ func TestRkeyRoundTrip(t *testing.T) {
 			if mem == nil {
 				return
 			}
-			packed, err := mem.PackRkey()
+			packed, err := mem.PackRemoteKey()
 			require.NoError(t, err)
 			require.Len(t, packed, md.Attr().RkeyPackedSize)
-			rk, err := md.UnpackRkey(packed)
+			rk, err := md.UnpackRemoteKey(packed)
 			require.NoError(t, err)
 			_, err = rk.Value()
 			require.NoError(t, err)
@@ -193,12 +193,12 @@ func TestRkeyRoundTrip(t *testing.T) {
 func TestUnpackRkeyLengthChecked(t *testing.T) {
 	md := openMD(t, "posix")
 	mem := memOn(t, md)
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	require.NoError(t, err)
 	for _, n := range []int{0, 1, len(packed) - 1, len(packed) + 1, 4096} {
 		buf := make([]byte, n)
 		copy(buf, packed)
-		_, err := md.UnpackRkey(buf)
+		_, err := md.UnpackRemoteKey(buf)
 		require.ErrorIs(t, err, ucs.ErrInvalidParam, "length %d", n)
 		assert.Contains(t, err.Error(), "md packs 24")
 	}
@@ -297,9 +297,9 @@ func posixChain(t *testing.T) (*uct.MD, *uct.Mem, []byte, *uct.RemoteKey) {
 	require.NoError(t, err)
 	mem, err := md.Alloc(4096, 0)
 	require.NoError(t, err)
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	require.NoError(t, err)
-	rk, err := md.UnpackRkey(packed)
+	rk, err := md.UnpackRemoteKey(packed)
 	require.NoError(t, err)
 	return md, mem, packed, rk
 }
@@ -322,7 +322,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrClosed)
 
 	require.NoError(t, mem.Close())
-	_, err = mem.PackRkey()
+	_, err = mem.PackRemoteKey()
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = mem.Export()
 	require.ErrorIs(t, err, ucs.ErrClosed)
@@ -334,7 +334,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = md.Register(make([]byte, 8), 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)
-	_, err = md.UnpackRkey(packed)
+	_, err = md.UnpackRemoteKey(packed)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = md.Attach(make([]byte, 6), uct.AttachOptions{})
 	require.ErrorIs(t, err, ucs.ErrClosed)
@@ -352,7 +352,7 @@ func TestCloseParentFirst(t *testing.T) {
 	require.NoError(t, md.Close())
 	assert.Equal(t, base+2, ucs.LiveHandles(), "md kept alive by its allocation")
 
-	packed, err := mem.PackRkey()
+	packed, err := mem.PackRemoteKey()
 	require.NoError(t, err, "a child stays usable after its parent is closed")
 	b, err := mem.Bytes()
 	require.NoError(t, err)

@@ -154,7 +154,7 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("export mode: %w", err)
 		}
 	} else {
-		key, err = mem.PackRkey()
+		key, err = mem.PackRemoteKey()
 		if err != nil {
 			return err
 		}

@@ -145,7 +145,7 @@ func runNetClient() int {
 			s.close(ucp.CloseForce)
 			return nil, errors.New("no envelope")
 		}
-		if s.rkey, err = ep.UnpackRkey(context.Background(), s.env.Key); err == nil {
+		if s.rkey, err = ep.UnpackRemoteKey(context.Background(), s.env.Key); err == nil {
 			s.local, err = ctx.Allocate(int(s.env.Length))
 		}
 		if err != nil {

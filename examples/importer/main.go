@@ -380,7 +380,7 @@ func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoi
 		return nil, nil, err
 	}
 	if env.Mode == envelope.ModeRkey {
-		rkey, err := ep.UnpackRkey(wait, env.Key)
+		rkey, err := ep.UnpackRemoteKey(wait, env.Key)
 		if err != nil {
 			local.Close()
 			return nil, nil, err
@@ -397,21 +397,21 @@ func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoi
 		local.Close()
 		return nil, nil, err
 	}
-	addr, err := w.Address()
+	addr, err := w.PackAddress()
 	if err != nil {
 		return nil, nil, err
 	}
-	self, err := w.ConnectAddress(addr)
+	self, err := w.ConnectWorker(addr)
 	if err != nil {
 		host.Close()
 		local.Close()
 		return nil, nil, err
 	}
-	packed, err := local.PackRkey()
+	packed, err := local.PackRemoteKey()
 	if err != nil {
 		return nil, nil, err
 	}
-	rkey, err := self.UnpackRkey(wait, packed)
+	rkey, err := self.UnpackRemoteKey(wait, packed)
 	if err != nil {
 		return nil, nil, err
 	}
