@@ -94,7 +94,7 @@ func runChild(role string) int {
 	run, stop := context.WithCancel(context.Background())
 	go func() { io.Copy(io.Discard, os.Stdin); stop() }()
 	go w.Run(run)
-	cr, err := l.Accept(run)
+	cr, err := l.AcceptRequest(run)
 	require(err)
 	ep, err := cr.Accept()
 	require(err)

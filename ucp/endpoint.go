@@ -308,9 +308,20 @@ type ConnRequest struct {
 	from netip.AddrPort
 }
 
-// Accept waits for the next connection request (bounded by ctx). The
-// listener's worker must be progressed meanwhile; Accept does it itself.
-func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
+// Accept waits for the next connection (bounded by ctx) and accepts it:
+// the common case. AcceptRequest is for a server that looks at the client
+// first and may reject it. Both progress the listener's worker meanwhile.
+func (l *Listener) Accept(ctx context.Context, opts ...EndpointOption) (*Endpoint, error) {
+	cr, err := l.AcceptRequest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cr.Accept(opts...)
+}
+
+// AcceptRequest waits for the next connection request (bounded by ctx), to
+// Accept or Reject.
+func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 	op := "ucp: accept on listener " + l.addr.String()
 	for {
 		if !l.res.Enter() {

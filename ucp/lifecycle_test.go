@@ -371,7 +371,7 @@ func lcSetup(e *lcEnv) (err error) {
 		if e.cep, err = e.cw.Connect(e.l.Addr().String(), epOpt); err != nil {
 			return wrap("connect", err)
 		}
-		cr, err := e.l.Accept(wctx)
+		cr, err := e.l.AcceptRequest(wctx)
 		if err != nil {
 			return wrap("accept", err)
 		}
@@ -602,7 +602,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		} else if e.p.run { // Accept progresses the server: not for a plan that never does
 			cctx, ccancel := context.WithCancel(context.Background())
 			ccancel()
-			cr, err := e.l.Accept(cctx)
+			cr, err := e.l.AcceptRequest(cctx)
 			if cr != nil {
 				cr.Reject()
 			}

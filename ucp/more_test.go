@@ -44,7 +44,7 @@ func TestListenerAcceptAndReject(t *testing.T) {
 	for i, accept := range order {
 		ep, err := client.Connect(l.Addr().String())
 		require.NoError(t, err)
-		cr, err := l.Accept(waitCtx(t))
+		cr, err := l.AcceptRequest(waitCtx(t))
 		require.NoError(t, err, "connection %d", i)
 		assert.True(t, cr.ClientAddr().Addr().IsLoopback(), "client address %v", cr.ClientAddr())
 		if !accept {

@@ -309,7 +309,7 @@ func newStreamServer(t *testing.T) *streamServer {
 // accept takes the child's connection and trades keys with it.
 func (srv *streamServer) accept(t *testing.T) *streamSide {
 	t.Helper()
-	cr, err := srv.l.Accept(waitCtx(t))
+	cr, err := srv.l.AcceptRequest(waitCtx(t))
 	require.NoError(t, err)
 	ep, err := cr.Accept()
 	require.NoError(t, err)

@@ -239,7 +239,7 @@ func run(ctx context.Context, c config) error {
 	defer stopAccept()
 	go func() {
 		for n := 1; ; n++ {
-			cr, err := l.Accept(acceptCtx)
+			cr, err := l.AcceptRequest(acceptCtx)
 			if err != nil {
 				return
 			}
