@@ -91,9 +91,9 @@ func (c *Context) Features() Feature { return c.features }
 
 // Info is what ucp_context_query reports.
 type Info struct {
-	RequestSize uint64 // bytes UCP reserves per request for the binding
-	ThreadMode  int
-	MemoryTypes uint64 // bitmap of ucs_memory_type_t the context supports
+	RequestSize uint64          // bytes UCP reserves per request for the binding
+	ThreadMode  ThreadMode      // the context's: multi where workers are shared between threads
+	MemoryTypes ucs.MemoryTypes // the memory types the context supports
 	Name        string
 }
 
@@ -107,7 +107,7 @@ func (c *Context) Info() (Info, error) {
 	if err := errs.Status(ucs.Status(st), "ucp: query context"); err != nil {
 		return Info{}, err
 	}
-	return Info{i.RequestSize, int(i.ThreadMode), i.MemoryTypes, i.Name}, nil
+	return Info{i.RequestSize, ThreadMode(i.ThreadMode), ucs.MemoryTypes(i.MemoryTypes), i.Name}, nil
 }
 
 // Close closes the context; its UCX object goes when its workers and

@@ -74,7 +74,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	w.write("ucp", "FuzzUnpackRkey", "edge-255-byte-key", append(append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 255}, make([]byte, 254)...), 1))
 	w.write("ucp", "FuzzUnpackRkey", "edge-size-overrun", []byte{4, 0, 0, 0, 0, 0, 0, 0, 0, 200, 1, 2, 3})
 	cuda := append([]byte(nil), rkeys["heap"]...)
-	cuda[8] = byte(uct.MemoryCUDA)
+	cuda[8] = byte(ucs.MemoryCUDA)
 	w.write("ucp", "FuzzUnpackRkey", "edge-cuda-memory-type", cuda)
 	posixZero := append([]byte(nil), rkeys["posix"]...)
 	if k, err := parseRkey(posixZero); err == nil && len(k.keys) > 0 {

@@ -33,7 +33,7 @@ type Descriptor struct {
 	Dummy       bool           // the zero-length mapping's 3-byte descriptor
 	Flags       uint16         // bit 0: exported
 	MDMap       uint64         // exporter's memory-domain indices
-	MemoryType  uct.MemoryType // exporter's memory type
+	MemoryType  ucs.MemoryType // exporter's memory type
 	Address     uint64         // region address in the exporter
 	Length      uint64         // region length
 	ContextUUID uint64         // exporter's UCP context id
@@ -76,7 +76,7 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 	d := &Descriptor{
 		Flags:       le.Uint16(b[1:]),
 		MDMap:       le.Uint64(b[3:]),
-		MemoryType:  uct.MemoryType(b[11]),
+		MemoryType:  ucs.MemoryType(b[11]),
 		Address:     le.Uint64(b[12:]),
 		Length:      le.Uint64(b[20:]),
 		ContextUUID: le.Uint64(b[28:]),

@@ -10,22 +10,7 @@ import (
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
-	"github.com/ucxgo/ucx/uct"
 )
-
-// MemKind says where a mapping's memory comes from.
-type MemKind int
-
-// Kinds of mapping.
-const (
-	Allocated  MemKind = iota // UCX allocated it (UCP_MEM_MAP_ALLOCATE)
-	Registered                // existing memory registered with UCX
-	Imported                  // another process's exported memory
-)
-
-func (k MemKind) String() string {
-	return [...]string{"allocated", "registered", "imported"}[k]
-}
 
 // Prot are memory protection flags (UCP_MEM_MAP_PROT_*).
 type Prot uint
@@ -44,7 +29,7 @@ type MapOption func(*mapOptions)
 
 type mapOptions struct {
 	prot    Prot
-	memType uct.MemoryType
+	memType ucs.MemoryType
 }
 
 // WithProt sets the protection (default ProtAll).
@@ -53,7 +38,7 @@ func WithProt(p Prot) MapOption {
 }
 
 // WithMemoryType sets the memory type (default host).
-func WithMemoryType(t uct.MemoryType) MapOption {
+func WithMemoryType(t ucs.MemoryType) MapOption {
 	return func(o *mapOptions) { o.memType = t }
 }
 
@@ -61,7 +46,7 @@ func WithMemoryType(t uct.MemoryType) MapOption {
 type Mem struct {
 	res  handle.Resource[memState] // embedded: a mapping is one allocation
 	ctx  *Context
-	kind MemKind
+	kind ucs.MemKind
 	addr unsafe.Pointer
 	n    uintptr
 	desc *Descriptor
@@ -87,18 +72,18 @@ func (m *Mem) collect() { m.res.Collect() }
 
 // Allocate has UCX allocate and register n bytes (n may be 0), for RMA.
 func (c *Context) Allocate(n int, opts ...MapOption) (*Mem, error) {
-	return c.memMap("ucp: map allocated memory", Allocated, n, nil, nil, nil, opts)
+	return c.memMap("ucp: map allocated memory", ucs.MemAllocated, n, nil, nil, nil, opts)
 }
 
 // Register registers b for RMA; b stays pinned until the mapping is closed.
 func (c *Context) Register(b []byte, opts ...MapOption) (*Mem, error) {
-	return c.memMap("ucp: map registered memory", Registered, len(b), unsafe.Pointer(unsafe.SliceData(b)), b, nil, opts)
+	return c.memMap("ucp: map registered memory", ucs.MemRegistered, len(b), unsafe.Pointer(unsafe.SliceData(b)), b, nil, opts)
 }
 
 // RegisterPointer registers n bytes at p, memory not managed by the Go
 // runtime (mmap, C); the caller keeps it valid until the mapping is closed.
 func (c *Context) RegisterPointer(p unsafe.Pointer, n int, opts ...MapOption) (*Mem, error) {
-	return c.memMap("ucp: map registered memory", Registered, n, p, nil, nil, opts)
+	return c.memMap("ucp: map registered memory", ucs.MemRegistered, n, p, nil, nil, opts)
 }
 
 // Import maps memory another process exported (Mem.Export), from the
@@ -113,11 +98,11 @@ func (c *Context) Import(d *Descriptor, opts ...MapOption) (*Mem, error) {
 	if err := c.checkImportable(d); err != nil {
 		return nil, err
 	}
-	return c.memMap(op, Imported, 0, nil, nil, d, opts)
+	return c.memMap(op, ucs.MemImported, 0, nil, nil, d, opts)
 }
 
-func (c *Context) memMap(op string, kind MemKind, n int, p unsafe.Pointer, pinned []byte, desc *Descriptor, opts []MapOption) (*Mem, error) {
-	o := mapOptions{prot: ProtAll, memType: uct.MemoryHost}
+func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, pinned []byte, desc *Descriptor, opts []MapOption) (*Mem, error) {
+	o := mapOptions{prot: ProtAll, memType: ucs.MemoryHost}
 	if len(opts) > 0 { // on the heap only when there are options to apply
 		po := &mapOptions{}
 		*po = o
@@ -129,10 +114,10 @@ func (c *Context) memMap(op string, kind MemKind, n int, p unsafe.Pointer, pinne
 	if n < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
 	}
-	if kind == Registered && n == 0 {
+	if kind == ucs.MemRegistered && n == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty buffer")
 	}
-	if kind == Registered && p == nil {
+	if kind == ucs.MemRegistered && p == nil {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "nil pointer")
 	}
 	if !c.res.Enter() {
@@ -150,11 +135,11 @@ func (c *Context) memMap(op string, kind MemKind, n int, p unsafe.Pointer, pinne
 	if desc != nil {
 		raw = desc.raw
 	}
-	h, base, size, st := c.c.MemMap(p, uintptr(n), kind == Allocated, uint(o.prot), int(o.memType), raw)
+	h, base, size, st := c.c.MemMap(p, uintptr(n), kind == ucs.MemAllocated, uint(o.prot), int(o.memType), raw)
 	if st != 0 {
 		m.res.State.pin.Unpin()
 		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
-		if kind == Imported && ucs.Status(st) == ucs.ErrUnreachable {
+		if kind == ucs.MemImported && ucs.Status(st) == ucs.ErrUnreachable {
 			e.Reason = "no local memory domain matches the descriptor's (no matching MD)"
 		}
 		return nil, e
@@ -167,7 +152,7 @@ func (c *Context) memMap(op string, kind MemKind, n int, p unsafe.Pointer, pinne
 }
 
 // Kind says where the memory comes from.
-func (m *Mem) Kind() MemKind { return m.kind }
+func (m *Mem) Kind() ucs.MemKind { return m.kind }
 
 // Address is the memory's address: in this process, or for imported memory
 // in the exporter's (where RMA on it lands).
@@ -192,7 +177,7 @@ func (m *Mem) Bytes() ([]byte, error) {
 
 // bytes is Bytes for callers inside Enter.
 func (m *Mem) bytes(op string) ([]byte, error) {
-	if m.kind == Imported {
+	if m.kind == ucs.MemImported {
 		return nil, errs.New(op, ucs.ErrInvalidAddr, "imported memory belongs to the exporting process; use RMA or local operations with this mapping as memh")
 	}
 	if m.n == 0 {
@@ -216,7 +201,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 		return dst, closedError(op)
 	}
 	defer m.res.Exit()
-	if m.kind == Imported {
+	if m.kind == ucs.MemImported {
 		return dst, errs.New(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
 	}
 	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.res.State.h)

@@ -174,6 +174,6 @@ func TestExportImportEndToEnd(t *testing.T) {
 	imported, err := importer.Import(d)
 	require.NoError(t, err)
 	defer imported.Close()
-	assert.Equal(t, ucp.Imported, imported.Kind())
+	assert.Equal(t, ucs.MemImported, imported.Kind())
 	assert.Equal(t, mem.Address(), imported.Address())
 }

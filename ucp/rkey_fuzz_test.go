@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/ucxgo/ucx/ucs"
-	"github.com/ucxgo/ucx/uct"
 )
 
 // rkeySandbox is what the fuzz target lets real UCX read: shared-memory
@@ -180,7 +179,7 @@ func FuzzUnpackRkey(f *testing.F) {
 		switch {
 		case errors.Is(err, ucs.ErrTimedOut):
 			t.Fatalf("a get through a key UCX unpacked never completed")
-		case err != nil && k.memType == uct.MemoryHost:
+		case err != nil && k.memType == ucs.MemoryHost:
 			t.Fatalf("a get of host memory through an owned key failed: %v", err)
 		}
 		// Another memory type (1.19+ builds only) may fail; it must end.

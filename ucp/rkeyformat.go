@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/ucxgo/ucx/ucs"
-	"github.com/ucxgo/ucx/uct"
 )
 
 // The packed rkey of ucp_rkey_pack (ucp_rkey_pack_memh, src/ucp/core/
@@ -102,7 +101,7 @@ func walkRkey(b []byte, key func(i, md int, k []byte) error) (tail []byte, err e
 		return nil, rkeyError("%d bytes is shorter than the %d-byte header", len(b), rkeyHeaderSize)
 	}
 	mdMap := binary.LittleEndian.Uint64(b)
-	if !uct.MemoryType(b[8]).KnownByLoaded() {
+	if !ucs.MemoryType(b[8]).KnownByLoaded() {
 		return nil, rkeyError("unknown memory type %d", b[8])
 	}
 	p := b[rkeyHeaderSize:]
@@ -189,7 +188,7 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 		_, err := walkRkey(b, nil)
 		return nil, err
 	}
-	if mt := uct.MemoryType(b[8]); mt != uct.MemoryHost && mt.KnownByLoaded() && rkeyHostOnly() {
+	if mt := ucs.MemoryType(b[8]); mt != ucs.MemoryHost && mt.KnownByLoaded() && rkeyHostOnly() {
 		return nil, rkeyError("remote memory type %s: UCX %s has no protocol for it here and hangs in ucp_get_nbx or aborts the worker (measured on 1.18.1 to 1.20.1), so only host memory keys are taken", mt, ucs.LoadedVersion())
 	}
 	local, err := rkeyLocalInfo()

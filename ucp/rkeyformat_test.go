@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/ucs"
-	"github.com/ucxgo/ucx/uct"
 )
 
 // Keys ucp_rkey_pack wrote on this project's machines (context MDs self,
@@ -40,7 +39,7 @@ var recordedRkeys = []struct {
 // packedRkey is a decoded ucp_rkey_pack buffer.
 type packedRkey struct {
 	mdMap   uint64
-	memType uct.MemoryType
+	memType ucs.MemoryType
 	keys    [][]byte // one UCT rkey per md_map bit, ascending
 	tail    []byte   // the 1.20+ sys_dev part (nil from a 1.18 or 1.19 packer)
 }
@@ -55,7 +54,7 @@ func parseRkey(b []byte) (*packedRkey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &packedRkey{binary.LittleEndian.Uint64(b), uct.MemoryType(b[8]), keys, tail}, nil
+	return &packedRkey{binary.LittleEndian.Uint64(b), ucs.MemoryType(b[8]), keys, tail}, nil
 }
 
 func mustHex(s string) []byte {
@@ -379,7 +378,7 @@ func TestRkeyMemoryTypePolicy(t *testing.T) {
 	defer mem.Close()
 	packed, err := mem.PackRemoteKey()
 	require.NoError(t, err)
-	for mt := uct.MemoryType(1); mt.KnownByLoaded(); mt++ {
+	for mt := ucs.MemoryType(1); mt.KnownByLoaded(); mt++ {
 		b := bytes.Clone(packed)
 		b[8] = byte(mt)
 		rk, err := tb.ep.UnpackRemoteKey(context.Background(), b)
@@ -438,7 +437,7 @@ func checkRkeyInPlace(b *[]byte) error {
 // memoryTypeCount is UCS_MEMORY_TYPE_LAST of the loaded release.
 func memoryTypeCount() int {
 	n := 0
-	for uct.MemoryType(n).KnownByLoaded() {
+	for ucs.MemoryType(n).KnownByLoaded() {
 		n++
 	}
 	return n

@@ -21,6 +21,22 @@ func newContext(t *testing.T, opts ...ucp.ContextOption) *ucp.Context {
 	return ctx
 }
 
+// UCX's single thread mode is never safe from Go: NewWorker refuses it,
+// and any value that is not a thread mode.
+func TestWorkerThreadModes(t *testing.T) {
+	ctx := newContext(t)
+	for _, m := range []ucp.ThreadMode{ucp.ThreadSerialized, ucp.ThreadMulti} {
+		w, err := ctx.NewWorker(ucp.WithThreadMode(m))
+		require.NoError(t, err, "%v", m)
+		require.NoError(t, w.Close())
+	}
+	for _, m := range []ucp.ThreadMode{0, 3, -1} {
+		_, err := ctx.NewWorker(ucp.WithThreadMode(m))
+		require.ErrorIs(t, err, ucs.ErrInvalidParam, "%v", m)
+	}
+	assert.Equal(t, "single", ucp.ThreadMode(0).String())
+}
+
 func TestContextInfo(t *testing.T) {
 	ctx := newContext(t, ucp.WithName("info-test"))
 	info, err := ctx.Info()
@@ -41,7 +57,7 @@ func TestMapKinds(t *testing.T) {
 	alloc, err := ctx.Allocate(1 << 20)
 	require.NoError(t, err)
 	defer alloc.Close()
-	assert.Equal(t, ucp.Allocated, alloc.Kind())
+	assert.Equal(t, ucs.MemAllocated, alloc.Kind())
 	assert.GreaterOrEqual(t, alloc.Len(), 1<<20)
 	b, err := alloc.Bytes()
 	require.NoError(t, err)
@@ -51,7 +67,7 @@ func TestMapKinds(t *testing.T) {
 	reg, err := ctx.Register(buf, ucp.WithProt(ucp.ProtLocalRead|ucp.ProtRemoteRead))
 	require.NoError(t, err)
 	defer reg.Close()
-	assert.Equal(t, ucp.Registered, reg.Kind())
+	assert.Equal(t, ucs.MemRegistered, reg.Kind())
 	rb, err := reg.Bytes()
 	require.NoError(t, err)
 	assert.Equal(t, &buf[0], &rb[0], "Bytes of a registered slice is that slice")
@@ -94,7 +110,7 @@ func TestDummyDescriptorImports(t *testing.T) {
 
 	imported, err := ctx.Import(d)
 	require.NoError(t, err)
-	assert.Equal(t, ucp.Imported, imported.Kind())
+	assert.Equal(t, ucs.MemImported, imported.Kind())
 	assert.Zero(t, imported.Len())
 	_, err = imported.Bytes()
 	require.ErrorIs(t, err, ucs.ErrInvalidAddr)

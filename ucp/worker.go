@@ -6,6 +6,7 @@ import (
 	"github.com/ucxgo/ucx/internal/errs"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,16 +19,29 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// ThreadMode is a worker's UCS thread mode.
+// ThreadMode is a UCS thread mode (ucs_thread_mode_t).
 type ThreadMode int
 
-// Thread modes (ucs_thread_mode_t). The binding serializes every worker
-// anyway; Multi is for workers that C code also uses.
+// Thread modes a worker may be created with. The binding serializes every
+// worker with a mutex anyway; Multi is for workers that C code also uses.
+// UCX's single mode is not offered: goroutines move between OS threads, so
+// it is never safe from Go.
 const (
-	ThreadSingle     ThreadMode = 0
 	ThreadSerialized ThreadMode = 1
 	ThreadMulti      ThreadMode = 2
 )
+
+func (m ThreadMode) String() string {
+	switch m {
+	case 0:
+		return "single"
+	case ThreadSerialized:
+		return "serialized"
+	case ThreadMulti:
+		return "multi"
+	}
+	return "ThreadMode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // WorkerOption configures NewWorker.
 type WorkerOption func(*workerOptions)
@@ -136,6 +150,9 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	o := workerOptions{mode: ThreadSerialized, spin: DefaultSpin}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.mode != ThreadSerialized && o.mode != ThreadMulti {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "thread mode %v: a worker is ThreadSerialized or ThreadMulti", o.mode)
 	}
 	if !c.res.Enter() {
 		return nil, closedError(op)

@@ -76,3 +76,16 @@ func TestVersionGuard(t *testing.T) {
 }
 
 func v(major, minor, patch uint) Version { return Version{Major: major, Minor: minor, Patch: patch} }
+
+// Kinds and memory types print a name, and a value out of range prints
+// its number instead of panicking (a peer's byte can be any value).
+func TestKindAndTypeNames(t *testing.T) {
+	assert.Equal(t, "allocated", MemAllocated.String())
+	assert.Equal(t, "registered", MemRegistered.String())
+	assert.Equal(t, "imported", MemImported.String())
+	assert.Equal(t, "MemKind(200)", MemKind(200).String())
+	assert.Equal(t, "cuda", MemoryCUDA.String())
+	assert.Equal(t, "type77", MemoryType(77).String())
+	assert.False(t, MemoryTypes(1).Has(MemoryType(200)))
+	assert.Equal(t, "host,cuda", MemoryTypes(3).String())
+}

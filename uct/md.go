@@ -171,24 +171,24 @@ func (m *MD) enter(op string) error {
 
 // Attr are an MD's attributes (uct_md_attr_v2_t).
 type Attr struct {
-	ComponentName          string      `json:"component_name"`
-	Flags                  MDFlags     `json:"flags"`
-	MaxAlloc               uint64      `json:"max_alloc"` // largest allocation
-	MaxReg                 uint64      `json:"max_reg"`   // largest registration
-	RegMemTypes            MemoryTypes `json:"reg_mem_types"`
-	RegNonblockMemTypes    MemoryTypes `json:"reg_nonblock_mem_types"`
-	CacheMemTypes          MemoryTypes `json:"cache_mem_types"`
-	GVAMemTypes            MemoryTypes `json:"gva_mem_types"`
-	DetectMemTypes         MemoryTypes `json:"detect_mem_types"`
-	AllocMemTypes          MemoryTypes `json:"alloc_mem_types"`
-	AccessMemTypes         MemoryTypes `json:"access_mem_types"`
-	DMABufMemTypes         MemoryTypes `json:"dmabuf_mem_types"`
-	RegCostFixed           float64     `json:"reg_cost_fixed"`    // registration cost: seconds, fixed part
-	RegCostPerByte         float64     `json:"reg_cost_per_byte"` // registration cost: seconds per byte
-	RkeyPackedSize         int         `json:"rkey_packed_size"`
-	ExportedMkeyPackedSize int         `json:"exported_mkey_packed_size"`
-	RegAlignment           uint64      `json:"reg_alignment"`
-	LocalCPUs              [16]uint64  `json:"-"`
+	ComponentName          string          `json:"component_name"`
+	Flags                  MDFlags         `json:"flags"`
+	MaxAlloc               uint64          `json:"max_alloc"` // largest allocation
+	MaxReg                 uint64          `json:"max_reg"`   // largest registration
+	RegMemTypes            ucs.MemoryTypes `json:"reg_mem_types"`
+	RegNonblockMemTypes    ucs.MemoryTypes `json:"reg_nonblock_mem_types"`
+	CacheMemTypes          ucs.MemoryTypes `json:"cache_mem_types"`
+	GVAMemTypes            ucs.MemoryTypes `json:"gva_mem_types"`
+	DetectMemTypes         ucs.MemoryTypes `json:"detect_mem_types"`
+	AllocMemTypes          ucs.MemoryTypes `json:"alloc_mem_types"`
+	AccessMemTypes         ucs.MemoryTypes `json:"access_mem_types"`
+	DMABufMemTypes         ucs.MemoryTypes `json:"dmabuf_mem_types"`
+	RegCostFixed           float64         `json:"reg_cost_fixed"`    // registration cost: seconds, fixed part
+	RegCostPerByte         float64         `json:"reg_cost_per_byte"` // registration cost: seconds per byte
+	RkeyPackedSize         int             `json:"rkey_packed_size"`
+	ExportedMkeyPackedSize int             `json:"exported_mkey_packed_size"`
+	RegAlignment           uint64          `json:"reg_alignment"`
+	LocalCPUs              [16]uint64      `json:"-"`
 	// GlobalID identifies the device across processes ("ib" + system image
 	// GUID for IB MDs); nil when the MD reports an all-zero id.
 	GlobalID []byte `json:"global_id"`
@@ -202,10 +202,10 @@ func newAttr(a cgo.MDAttr) Attr {
 	return Attr{
 		ComponentName: a.ComponentName, Flags: MDFlags(a.Flags),
 		MaxAlloc: a.MaxAlloc, MaxReg: a.MaxReg,
-		RegMemTypes: MemoryTypes(a.RegMemTypes), RegNonblockMemTypes: MemoryTypes(a.RegNonblockMemTypes),
-		CacheMemTypes: MemoryTypes(a.CacheMemTypes), GVAMemTypes: MemoryTypes(a.GVAMemTypes),
-		DetectMemTypes: MemoryTypes(a.DetectMemTypes), AllocMemTypes: MemoryTypes(a.AllocMemTypes),
-		AccessMemTypes: MemoryTypes(a.AccessMemTypes), DMABufMemTypes: MemoryTypes(a.DMABufMemTypes),
+		RegMemTypes: ucs.MemoryTypes(a.RegMemTypes), RegNonblockMemTypes: ucs.MemoryTypes(a.RegNonblockMemTypes),
+		CacheMemTypes: ucs.MemoryTypes(a.CacheMemTypes), GVAMemTypes: ucs.MemoryTypes(a.GVAMemTypes),
+		DetectMemTypes: ucs.MemoryTypes(a.DetectMemTypes), AllocMemTypes: ucs.MemoryTypes(a.AllocMemTypes),
+		AccessMemTypes: ucs.MemoryTypes(a.AccessMemTypes), DMABufMemTypes: ucs.MemoryTypes(a.DMABufMemTypes),
 		RegCostFixed: a.RegCostFixed, RegCostPerByte: a.RegCostPerByte,
 		RkeyPackedSize: int(a.RkeyPackedSize), ExportedMkeyPackedSize: int(a.ExportedMkeyPackedSize),
 		RegAlignment: a.RegAlignment, LocalCPUs: a.LocalCPUs, GlobalID: gid,

@@ -10,33 +10,11 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// MemKind says where a Mem came from.
-type MemKind int
-
-// Kinds of memory handle.
-const (
-	Registered MemKind = iota // existing memory registered with MD.Register or RegisterPointer
-	Allocated                 // memory the MD allocated (MD.Alloc)
-	Attached                  // another process's exported key (MD.Attach)
-)
-
-func (k MemKind) String() string {
-	switch k {
-	case Registered:
-		return "registered"
-	case Allocated:
-		return "allocated"
-	case Attached:
-		return "attached"
-	}
-	return "unknown"
-}
-
 // Mem is a UCT memory handle: registered, allocated or attached memory.
 type Mem struct {
 	res  handle.Resource[memState] // embedded: a Mem is one allocation
 	md   *MD
-	kind MemKind
+	kind ucs.MemKind
 	addr unsafe.Pointer
 	size uintptr
 }
@@ -115,7 +93,7 @@ func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) err
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
-	mem.kind, mem.addr, mem.size = Registered, p, n
+	mem.kind, mem.addr, mem.size = ucs.MemRegistered, p, n
 	mem.res.State.memh = memh
 	m.newMem(mem)
 	return nil
@@ -142,7 +120,7 @@ func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	mem := &Mem{kind: Allocated, addr: a.Address(), size: a.Length()}
+	mem := &Mem{kind: ucs.MemAllocated, addr: a.Address(), size: a.Length()}
 	mem.res.State.memh, mem.res.State.alloc = a.Memh(), a
 	return m.newMem(mem), nil
 }
@@ -174,7 +152,7 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	mem := &Mem{kind: Attached}
+	mem := &Mem{kind: ucs.MemImported}
 	mem.res.State.memh = memh
 	return m.newMem(mem), nil
 }
@@ -183,7 +161,7 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 func (mem *Mem) MD() *MD { return mem.md }
 
 // Kind says how the Mem was made.
-func (mem *Mem) Kind() MemKind { return mem.kind }
+func (mem *Mem) Kind() ucs.MemKind { return mem.kind }
 
 // Len is the length of the memory (0 for attached memory, whose extent
 // only the exporter knows).
@@ -192,7 +170,7 @@ func (mem *Mem) Len() int { return int(mem.size) }
 // Address is the memory's first byte in this process (0 for attached memory).
 func (mem *Mem) Address() uintptr { return uintptr(mem.addr) }
 
-// Bytes is the memory as a slice, valid until Close. Attached memory lives
+// Bytes is the memory as a slice, valid until Close. Imported memory lives
 // in another process and has no bytes here: that is an error.
 func (mem *Mem) Bytes() ([]byte, error) {
 	op := "uct: bytes of " + mem.kind.String() + " memory"
@@ -200,7 +178,7 @@ func (mem *Mem) Bytes() ([]byte, error) {
 		return nil, mem.closedErr(op)
 	}
 	defer mem.res.Exit()
-	if mem.kind == Attached {
+	if mem.kind == ucs.MemImported {
 		return nil, errs.New(op, ucs.ErrInvalidAddr, "attached memory belongs to the exporting process")
 	}
 	return unsafe.Slice((*byte)(mem.addr), mem.size), nil
@@ -232,7 +210,7 @@ func (mem *Mem) exportCheck() error {
 	if err := mem.md.exportCapable(mem.md.op.export); err != nil {
 		return err
 	}
-	if mem.kind == Attached {
+	if mem.kind == ucs.MemImported {
 		return errs.New(mem.md.op.export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
 	}
 	return nil

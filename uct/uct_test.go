@@ -72,7 +72,7 @@ func TestAttributesDecoded(t *testing.T) {
 	assert.True(t, posix.Flags.Has(uct.FlagAlloc|uct.FlagNeedRkey), "posix flags %s", posix.Flags)
 	assert.False(t, posix.Flags.Has(uct.FlagReg))
 	assert.False(t, posix.Flags.Has(uct.FlagExportedMkey))
-	assert.True(t, posix.AllocMemTypes.Has(uct.MemoryHost))
+	assert.True(t, posix.AllocMemTypes.Has(ucs.MemoryHost))
 	assert.Equal(t, 24, posix.RkeyPackedSize)
 	assert.Zero(t, posix.ExportedMkeyPackedSize)
 	assert.Nil(t, posix.GlobalID, "non-IB MDs report an all-zero global id")
@@ -83,7 +83,7 @@ func TestAttributesDecoded(t *testing.T) {
 
 	self := openMD(t, "self").Attr()
 	assert.True(t, self.Flags.Has(uct.FlagReg))
-	assert.True(t, self.RegMemTypes.Has(uct.MemoryHost))
+	assert.True(t, self.RegMemTypes.Has(ucs.MemoryHost))
 	assert.Equal(t, "REG|NEED_RKEY", self.Flags.String())
 }
 
@@ -116,7 +116,7 @@ func TestRegisterGoMemory(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, uct.Registered, mem.Kind())
+			assert.Equal(t, ucs.MemRegistered, mem.Kind())
 			assert.Equal(t, len(buf), mem.Len())
 			got, err := mem.Bytes()
 			require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestAllocSharedMemory(t *testing.T) {
 			md := openMD(t, name)
 			mem, err := md.Alloc(1<<20, uct.MemAccessAll)
 			require.NoError(t, err)
-			assert.Equal(t, uct.Allocated, mem.Kind())
+			assert.Equal(t, ucs.MemAllocated, mem.Kind())
 			assert.GreaterOrEqual(t, mem.Len(), 1<<20)
 			b, err := mem.Bytes()
 			require.NoError(t, err)
@@ -281,7 +281,7 @@ func TestExportAttachRoundTrip(t *testing.T) {
 	defer importer.Close()
 	att, err := importer.Attach(key, uct.AttachOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, uct.Attached, att.Kind())
+	assert.Equal(t, ucs.MemImported, att.Kind())
 	_, err = att.Bytes()
 	require.ErrorIs(t, err, ucs.ErrInvalidAddr)
 	_, err = att.Export()
@@ -392,11 +392,11 @@ func TestFlagsJSONRoundTrip(t *testing.T) {
 	assert.Equal(t, f, back)
 	require.Error(t, json.Unmarshal([]byte(`["NOPE"]`), &back))
 
-	m := uct.MemoryTypes(1<<uct.MemoryHost | 1<<uct.MemoryCUDA)
+	m := ucs.MemoryTypes(1<<ucs.MemoryHost | 1<<ucs.MemoryCUDA)
 	b, err = json.Marshal(m)
 	require.NoError(t, err)
 	assert.Equal(t, `["host","cuda"]`, string(b))
-	var mb uct.MemoryTypes
+	var mb ucs.MemoryTypes
 	require.NoError(t, json.Unmarshal(b, &mb))
 	assert.Equal(t, m, mb)
 }
