@@ -176,9 +176,9 @@ func (c *Context) checkImportable(d *Descriptor) error {
 			if r.Attr == nil || !bytes.Equal(r.Attr.GlobalID, md.GlobalID) {
 				continue
 			}
-			if !r.CanExport {
-				return errs.New(op, ucs.ErrUnsupported,
-					"local memory domain %s/%s has the descriptor's global MD id but %s (UCX would abort the process)", r.Component, r.MD, r.Reason)
+			if err := r.HaveExportedMkey(); err != nil {
+				return &ucs.Error{Op: op, Err: ucs.ErrUnsupported, Wrapped: err,
+					Reason: fmt.Sprintf("local memory domain %s/%s has the descriptor's global MD id but cannot export (UCX would abort the process)", r.Component, r.MD)}
 			}
 			matched++
 		}

@@ -23,16 +23,30 @@ func TestCheckImportableAgainstLocalMDs(t *testing.T) {
 	}
 	ctx := &Context{}
 
-	withReports(uct.MDReport{Component: "ib", MD: "mlx5_0", Attr: &uct.Attr{GlobalID: gid}, CanExport: true})
+	withReports(uct.MDReport{Component: "ib", MD: "mlx5_0", Attr: &uct.Attr{GlobalID: gid}})
 	require.NoError(t, ctx.checkImportable(desc))
 
 	// Same adapter, but the local MD cannot export (DevX off): UCX would abort.
-	withReports(uct.MDReport{Component: "ib", MD: "mlx5_0", Attr: &uct.Attr{GlobalID: gid}, Reason: "md lacks UCT_MD_FLAG_EXPORTED_MKEY"})
-	err := ctx.checkImportable(desc)
+	// A real report of an MD that cannot export, given the adapter's id.
+	real, err := uct.Probe()
+	require.NoError(t, err)
+	var cannot uct.MDReport
+	for _, r := range real {
+		if r.MD == "posix" {
+			cannot = r
+		}
+	}
+	require.Error(t, cannot.HaveExportedMkey())
+	attr := *cannot.Attr
+	attr.GlobalID = gid
+	cannot.Attr = &attr
+	withReports(cannot)
+	err = ctx.checkImportable(desc)
 	require.ErrorIs(t, err, ucs.ErrUnsupported)
-	assert.Contains(t, err.Error(), "ib/mlx5_0 has the descriptor's global MD id but md lacks UCT_MD_FLAG_EXPORTED_MKEY")
+	assert.Contains(t, err.Error(), "posix/posix has the descriptor's global MD id but cannot export")
+	assert.Contains(t, err.Error(), "md lacks UCT_MD_FLAG_EXPORTED_MKEY")
 
-	withReports(uct.MDReport{Component: "ib", MD: "mlx5_1", Attr: &uct.Attr{GlobalID: []byte("ib-other")}, CanExport: true})
+	withReports(uct.MDReport{Component: "ib", MD: "mlx5_1", Attr: &uct.Attr{GlobalID: []byte("ib-other")}})
 	require.ErrorIs(t, ctx.checkImportable(desc), ucs.ErrUnreachable)
 
 	require.NoError(t, ctx.checkImportable(&Descriptor{Dummy: true}))

@@ -9,8 +9,8 @@ import (
 )
 
 // A host exporter checks for an export-capable memory domain first.
-func ExampleExportCapable() {
-	r, err := uct.ExportCapable()
+func ExampleHaveExportedMkey() {
+	err := uct.HaveExportedMkey()
 	if errors.Is(err, ucs.ErrUnsupported) {
 		fmt.Println("no exported keys here; fall back to rkeys")
 		return
@@ -19,7 +19,7 @@ func ExampleExportCapable() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("export with %s/%s (%d-byte keys)\n", r.Component, r.MD, r.Attr.ExportedMkeyPackedSize)
+	fmt.Println("exported keys available")
 }
 
 // Export refuses, with the reason, on memory domains that cannot export.

@@ -145,9 +145,9 @@ func (m *MD) Close() error {
 	return nil
 }
 
-// CanExport returns nil if the MD can export memory keys, else an error
-// wrapping ucs.ErrUnsupported that says why.
-func (m *MD) CanExport() error {
+// HaveExportedMkey returns nil if the MD can export memory keys, else an
+// error wrapping ucs.ErrUnsupported that says why.
+func (m *MD) HaveExportedMkey() error {
 	return m.exportCapable(m.op.export)
 }
 

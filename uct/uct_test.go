@@ -210,12 +210,12 @@ func TestExportUnsupportedOnEveryMDHere(t *testing.T) {
 	reports, err := uct.Probe()
 	require.NoError(t, err)
 	for _, r := range reports {
-		if r.MD == "" || r.CanExport {
+		if r.MD == "" || r.HaveExportedMkey() == nil {
 			continue
 		}
 		t.Run(r.MD, func(t *testing.T) {
 			md := openMD(t, r.MD)
-			require.ErrorIs(t, md.CanExport(), ucs.ErrUnsupported)
+			require.ErrorIs(t, md.HaveExportedMkey(), ucs.ErrUnsupported)
 			mem := memOn(t, md)
 			if mem == nil {
 				return
@@ -250,12 +250,20 @@ func TestAttachRefusedOnMDsThatCannotExport(t *testing.T) {
 // exportingMD opens the first MD that can export, or skips the test.
 func exportingMD(t *testing.T) *uct.MD {
 	t.Helper()
-	r, err := uct.ExportCapable()
+	err := uct.HaveExportedMkey()
 	if errors.Is(err, ucs.ErrUnsupported) {
 		t.Skipf("needs a memory domain with UCT_MD_FLAG_EXPORTED_MKEY (mlx5 DevX: ConnectX-6 Dx+, BlueField-2/3); uct.Probe found none: %v", err)
 	}
 	require.NoError(t, err)
-	return openMD(t, r.MD)
+	reports, err := uct.Probe()
+	require.NoError(t, err)
+	for _, r := range reports {
+		if r.HaveExportedMkey() == nil {
+			return openMD(t, r.MD)
+		}
+	}
+	t.Fatal("HaveExportedMkey said yes, Probe names none")
+	return nil
 }
 
 func TestAttachWrongLengthRefusedBeforeUCX(t *testing.T) {

@@ -19,11 +19,21 @@ import (
 )
 
 type report struct {
-	Built   string         `json:"ucx_built"`
-	Loaded  string         `json:"ucx_loaded"`
-	Layout  string         `json:"ucx_abi_layout"` // uct_md_attr_v2_t layout: "1.16", "1.18" or "1.22"
-	MDs     []uct.MDReport `json:"memory_domains"`
-	Exports int            `json:"export_capable"`
+	Built   string   `json:"ucx_built"`
+	Loaded  string   `json:"ucx_loaded"`
+	Layout  string   `json:"ucx_abi_layout"` // uct_md_attr_v2_t layout: "1.16", "1.18" or "1.22"
+	MDs     []mdLine `json:"memory_domains"`
+	Exports int      `json:"export_capable"`
+}
+
+// mdLine is one memory domain of the report (uct.MDReport's verdict as a
+// bool and its reason).
+type mdLine struct {
+	Component string    `json:"component"`
+	MD        string    `json:"md,omitempty"`
+	Attr      *uct.Attr `json:"attr,omitempty"`
+	CanExport bool      `json:"can_export"`
+	Reason    string    `json:"reason,omitempty"` // why it cannot export
 }
 
 func main() {
@@ -45,9 +55,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		os.Exit(1)
 	}
-	r.MDs = mds
 	for _, m := range mds {
-		if m.CanExport {
+		err := m.HaveExportedMkey()
+		r.MDs = append(r.MDs, mdLine{m.Component, m.MD, m.Attr, err == nil, uct.ExportReason(err)})
+		if err == nil {
 			r.Exports++
 		}
 	}
