@@ -133,7 +133,7 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 			assert.Empty(t, leakcheck.FindExposed(log, secrets), "UCX's log of the failed unpack on %s", r.MD)
 		}
 		secrets["uct descriptor"] = sampleDescriptor(6)
-		_, err = md.Attach(sampleDescriptor(6), uct.AttachOptions{HideErrors: true})
+		_, err = md.Attach(sampleDescriptor(6), uct.WithHideErrors())
 		if r.HaveExportedMkey() == nil {
 			t.Logf("%s can export: its attach of a foreign descriptor: %v", r.MD, err)
 		} else {

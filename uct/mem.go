@@ -125,18 +125,25 @@ func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
 	return m.newMem(mem), nil
 }
 
-// AttachOptions tune MD.Attach.
-type AttachOptions struct {
-	// HideErrors asks UCX not to log a failed attach (UCT_MD_MEM_ATTACH_FLAG_HIDE_ERRORS).
-	HideErrors bool
-}
+// AttachOption configures MD.Attach.
+type AttachOption func(*attachOptions)
+
+type attachOptions struct{ hideErrors bool }
+
+// WithHideErrors asks UCX not to log a failed attach
+// (UCT_MD_MEM_ATTACH_FLAG_HIDE_ERRORS).
+func WithHideErrors() AttachOption { return func(o *attachOptions) { o.hideErrors = true } }
 
 // Attach imports a memory key another process exported with Mem.Export
 // (uct_md_mem_attach). The MD must be able to export, and desc must be
 // exactly its exported packed size: UCX reads a fixed number of bytes without
 // a length, and on MDs that cannot export its attach entry may be a NULL
 // pointer, so both are checked here before any byte reaches UCX.
-func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
+func (m *MD) Attach(desc []byte, opts ...AttachOption) (*Mem, error) {
+	var o attachOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	op := m.op.attach
 	if err := m.enter(op); err != nil {
 		return nil, err
@@ -148,7 +155,7 @@ func (m *MD) Attach(desc []byte, opts AttachOptions) (*Mem, error) {
 	if len(desc) != m.attr.ExportedMkeyPackedSize {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "descriptor is %d bytes, md exports %d-byte keys", len(desc), m.attr.ExportedMkeyPackedSize)
 	}
-	memh, st := m.md.Attach(desc, opts.HideErrors)
+	memh, st := m.md.Attach(desc, o.hideErrors)
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}

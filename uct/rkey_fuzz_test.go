@@ -101,7 +101,7 @@ func FuzzAttach(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
 		md := mds[int(which)%len(mds)].md
-		mem, err := md.Attach(b, AttachOptions{HideErrors: true})
+		mem, err := md.Attach(b, WithHideErrors())
 		if md.HaveExportedMkey() != nil {
 			if !errors.Is(err, ucs.ErrUnsupported) {
 				t.Fatalf("md %s cannot export, yet Attach answered %v", md.name, err)

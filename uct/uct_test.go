@@ -238,7 +238,7 @@ func TestAttachRefusedOnMDsThatCannotExport(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			md := openMD(t, name)
 			for _, n := range []int{0, 6, 14, 20, 4096} {
-				mem, err := md.Attach(make([]byte, n), uct.AttachOptions{HideErrors: true})
+				mem, err := md.Attach(make([]byte, n), uct.WithHideErrors())
 				require.Nil(t, mem)
 				require.ErrorIs(t, err, ucs.ErrUnsupported, "length %d", n)
 				assert.Contains(t, err.Error(), `attach exported mkey on md "`+name+`"`)
@@ -270,7 +270,7 @@ func TestAttachWrongLengthRefusedBeforeUCX(t *testing.T) {
 	md := exportingMD(t)
 	size := md.Attr().ExportedMkeyPackedSize
 	for _, n := range []int{0, size - 1, size + 1, 4096} {
-		_, err := md.Attach(make([]byte, n), uct.AttachOptions{HideErrors: true})
+		_, err := md.Attach(make([]byte, n), uct.WithHideErrors())
 		require.ErrorIs(t, err, ucs.ErrInvalidParam, "length %d", n)
 	}
 }
@@ -287,7 +287,7 @@ func TestExportAttachRoundTrip(t *testing.T) {
 	importer, err := md.Component().OpenMD(md.Name())
 	require.NoError(t, err)
 	defer importer.Close()
-	att, err := importer.Attach(key, uct.AttachOptions{})
+	att, err := importer.Attach(key)
 	require.NoError(t, err)
 	assert.Equal(t, ucs.MemImported, att.Kind())
 	_, err = att.Bytes()
@@ -344,7 +344,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = md.UnpackRemoteKey(packed)
 	require.ErrorIs(t, err, ucs.ErrClosed)
-	_, err = md.Attach(make([]byte, 6), uct.AttachOptions{})
+	_, err = md.Attach(make([]byte, 6))
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	assert.Contains(t, err.Error(), `md "posix" is closed`)
 }
