@@ -269,6 +269,7 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 // which the code of 1.18.1 and 1.22 supports.
 type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
+	ep  *Endpoint                  // for Region; holds no UCX reference
 }
 
 // rkeyState holds the worker's state, not the Worker: a request abandoned
@@ -319,7 +320,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, explainRkeyRefusal(err, packed)
 	}
-	rk := &RemoteKey{}
+	rk := &RemoteKey{ep: ep}
 	rk.res.State = rkeyState{ep.w.res, ep.id, c}
 	rk.res.Init(ep.w.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)

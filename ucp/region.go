@@ -1,0 +1,213 @@
+package ucp
+
+import (
+	"bytes"
+	"context"
+	"io"
+
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// RemoteRegion is length bytes of a peer's memory at a base address,
+// reached through a remote key on the endpoint the key was unpacked on: the
+// address, length and key a peer sends travel together, and offsets are
+// checked against the length before anything reaches UCX. It is a value:
+// copy it, slice it with Sub; closing its key ends it.
+//
+// ReadAt and WriteAt make it an io.ReaderAt and io.WriterAt for the common
+// case: they copy through a buffer of their own (one allocation and copy
+// per call; the Request forms move bytes in place) and wait without a
+// deadline (the io interfaces take no context), so where the peer may
+// stall use ReadAtContext or WriteAtContext.
+type RemoteRegion struct {
+	key  *RemoteKey
+	base uint64
+	n    int
+}
+
+// Region is the length bytes at base (the peer's address, e.g. its
+// Mem.Address) that the key gives access to.
+func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
+	if length < 0 || base+uint64(length) < base {
+		return RemoteRegion{}, errs.New("ucp: remote region", ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
+	}
+	return RemoteRegion{rk, base, length}, nil
+}
+
+// Base is the region's address in the peer.
+func (r RemoteRegion) Base() uint64 { return r.base }
+
+// Len is the region's length.
+func (r RemoteRegion) Len() int { return r.n }
+
+// Sub is the n bytes of r at off.
+func (r RemoteRegion) Sub(off, n int) (RemoteRegion, error) {
+	if err := r.check("ucp: remote region", off, n); err != nil {
+		return RemoteRegion{}, err
+	}
+	return RemoteRegion{r.key, r.base + uint64(off), n}, nil
+}
+
+func (r RemoteRegion) check(op string, off, n int) error {
+	if r.key == nil {
+		return errs.New(op, ucs.ErrInvalidParam, "the zero RemoteRegion: make one with RemoteKey.Region")
+	}
+	if off < 0 || n < 0 || off > r.n || n > r.n-off {
+		return errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit the %d-byte remote region", n, off, r.n)
+	}
+	return nil
+}
+
+// Put writes b at off into the region; b is pinned until the request
+// completes and must not change before it does.
+func (r RemoteRegion) Put(b []byte, off int) (Request, error) {
+	if err := r.check("ucp: put", off, len(b)); err != nil {
+		return Request{}, err
+	}
+	return r.key.ep.rmaBytes("ucp: put", true, b, r.base+uint64(off), r.key)
+}
+
+// Get reads len(b) bytes at off of the region into b.
+func (r RemoteRegion) Get(b []byte, off int) (Request, error) {
+	if err := r.check("ucp: get", off, len(b)); err != nil {
+		return Request{}, err
+	}
+	return r.key.ep.rmaBytes("ucp: get", false, b, r.base+uint64(off), r.key)
+}
+
+// PutMem writes n bytes of src at srcOff to off in the region.
+func (r RemoteRegion) PutMem(src *Mem, srcOff, n, off int) (Request, error) {
+	if err := r.check("ucp: put", off, n); err != nil {
+		return Request{}, err
+	}
+	return r.key.ep.rmaMem("ucp: put", true, src, srcOff, n, r.base+uint64(off), r.key)
+}
+
+// GetMem reads n bytes at off in the region into dst at dstOff.
+func (r RemoteRegion) GetMem(dst *Mem, dstOff, n, off int) (Request, error) {
+	if err := r.check("ucp: get", off, n); err != nil {
+		return Request{}, err
+	}
+	return r.key.ep.rmaMem("ucp: get", false, dst, dstOff, n, r.base+uint64(off), r.key)
+}
+
+// ReadAt reads len(p) bytes at off (io.ReaderAt): fewer, with io.EOF, where
+// the region ends first. It waits without a deadline.
+func (r RemoteRegion) ReadAt(p []byte, off int64) (int, error) {
+	return r.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx.
+func (r RemoteRegion) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := r.check("ucp: get", 0, 0); err != nil {
+		return 0, err
+	}
+	if off >= 0 && off <= int64(r.n) && int64(len(p)) > int64(r.n)-off {
+		n, err := r.ReadAtContext(ctx, p[:int64(r.n)-off], off)
+		if err == nil {
+			err = io.EOF
+		}
+		return n, err
+	}
+	if off < 0 || off > int64(r.n) {
+		return 0, errs.New("ucp: get", ucs.ErrOutOfRange, "offset %d is outside the %d-byte remote region", off, r.n)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// Into a buffer of its own: a get given up when ctx ends may still land,
+	// and io.ReaderAt callers reuse p once ReadAt returns.
+	buf := make([]byte, len(p))
+	req, err := r.Get(buf, int(off))
+	if err != nil {
+		return 0, err
+	}
+	if err := req.Wait(ctx); err != nil {
+		req.Detach()
+		return 0, err
+	}
+	return copy(p, buf), nil
+}
+
+// WriteAt writes p at off (io.WriterAt) and returns once the bytes are in
+// the peer's memory (the endpoint is flushed). A write that does not fit
+// the region writes nothing. It waits without a deadline.
+func (r RemoteRegion) WriteAt(p []byte, off int64) (int, error) {
+	return r.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt bounded by ctx.
+func (r RemoteRegion) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := r.check("ucp: put", 0, 0); err != nil {
+		return 0, err
+	}
+	if off < 0 || off > int64(r.n) {
+		return 0, errs.New("ucp: put", ucs.ErrOutOfRange, "offset %d is outside the %d-byte remote region", off, r.n)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// From a copy: a put given up when ctx ends may still read its buffer,
+	// and io.WriterAt callers reuse p once WriteAt returns.
+	req, err := r.Put(bytes.Clone(p), int(off))
+	if err != nil {
+		return 0, err
+	}
+	if err := req.Wait(ctx); err != nil {
+		req.Detach()
+		return 0, err
+	}
+	// A completed put is only locally complete: the flush makes it remote.
+	if err := r.key.ep.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+var (
+	_ io.ReaderAt = RemoteRegion{}
+	_ io.WriterAt = RemoteRegion{}
+)
+
+// LocalRegion is a mapping of this process reached as a RemoteRegion
+// through a loopback endpoint to its own worker. It is how bytes move
+// between an imported mapping (the exporter's memory, which has no Bytes)
+// and local memory: PutMem and GetMem with a local mapping, or ReadAt and
+// WriteAt with Go memory. Close it when done.
+type LocalRegion struct {
+	RemoteRegion
+	ep *Endpoint
+}
+
+// LocalRegion makes m (allocated, registered or imported) reachable for
+// RMA from this worker; ctx bounds the loopback's wire-up.
+func (w *Worker) LocalRegion(ctx context.Context, m *Mem) (*LocalRegion, error) {
+	addr, err := w.PackAddress()
+	if err != nil {
+		return nil, err
+	}
+	packed, err := m.PackRemoteKey()
+	if err != nil {
+		return nil, err
+	}
+	// No peer error handling: the peer is this worker, and without it UCX
+	// may use its self and shared-memory transports.
+	ep, err := w.ConnectWorker(addr, WithPeerErrorHandling(false))
+	if err != nil {
+		return nil, err
+	}
+	key, err := ep.UnpackRemoteKey(ctx, packed)
+	if err != nil {
+		ep.Close(ctx, CloseForce)
+		return nil, err
+	}
+	return &LocalRegion{RemoteRegion{key, m.Address(), m.Len()}, ep}, nil
+}
+
+// Close closes the loopback's key and endpoint, completing what was
+// started on it first (bounded by ctx).
+func (l *LocalRegion) Close(ctx context.Context) error {
+	l.key.Close()
+	return l.ep.Close(ctx, CloseFlush)
+}

@@ -1,0 +1,124 @@
+package ucp_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// The newcomer's region: connect through a listener, unpack the peer's key
+// at once, and use the peer's memory as an io.ReaderAt / io.WriterAt with
+// offsets, never addresses.
+func TestRemoteRegionReadWriteAt(t *testing.T) {
+	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	runWorker(t, p.server)
+	target, err := p.ctx.Allocate(1 << 16)
+	require.NoError(t, err)
+	defer target.Close()
+	packed, err := target.PackRemoteKey()
+	require.NoError(t, err)
+
+	key, err := p.cep.UnpackRemoteKey(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer key.Close()
+	region, err := key.Region(target.Address(), target.Len())
+	require.NoError(t, err)
+	assert.Equal(t, target.Len(), region.Len())
+
+	msg := []byte("hello, remote memory")
+	n, err := region.WriteAt(msg, 100)
+	require.NoError(t, err)
+	assert.Equal(t, len(msg), n)
+	local, err := target.Bytes()
+	require.NoError(t, err)
+	assert.Equal(t, msg, local[100:100+len(msg)], "WriteAt returns once the bytes are in the peer's memory")
+
+	got := make([]byte, len(msg))
+	n, err = region.ReadAt(got, 100)
+	require.NoError(t, err)
+	assert.Equal(t, len(msg), n)
+	assert.Equal(t, msg, got)
+
+	// The io package's helpers work on it.
+	sec := io.NewSectionReader(region, 100, int64(len(msg)))
+	all, err := io.ReadAll(sec)
+	require.NoError(t, err)
+	assert.Equal(t, msg, all)
+
+	// Reading across the end reads up to it and says io.EOF.
+	tail := make([]byte, 10)
+	n, err = region.ReadAt(tail, int64(region.Len()-4))
+	assert.Equal(t, 4, n)
+	assert.ErrorIs(t, err, io.EOF)
+
+	// Out of bounds is a Go error; nothing reaches UCX.
+	_, err = region.WriteAt(msg, int64(region.Len()-3))
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	_, err = region.Put(msg, -1)
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	_, err = region.Get(make([]byte, 8), region.Len())
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	_, err = region.Sub(10, region.Len())
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	sub, err := region.Sub(100, len(msg))
+	require.NoError(t, err)
+	req, err := sub.Get(got[:5], 0)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	assert.Equal(t, "hello", string(got[:5]))
+
+	var zero ucp.RemoteRegion
+	_, err = zero.ReadAt(got, 0)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+
+	// Closing the key ends the region: a clear error, not a crash.
+	require.NoError(t, key.Close())
+	_, err = region.WriteAt(msg, 0)
+	require.ErrorIs(t, err, ucs.ErrClosed)
+}
+
+// A local region moves bytes between two mappings of this process (the
+// importer's path: an imported mapping has no Bytes) with PutMem/GetMem,
+// and between a mapping and Go memory with ReadAt/WriteAt.
+func TestLocalRegion(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "posix,sysv,self"))
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	far, err := ctx.Allocate(4096)
+	require.NoError(t, err)
+	defer far.Close()
+	near := make([]byte, 4096)
+	nearMem, err := ctx.Register(near)
+	require.NoError(t, err)
+	defer nearMem.Close()
+
+	lr, err := w.LocalRegion(waitCtx(t), far)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, lr.Close(context.Background())) }()
+
+	copy(near, "from local memory")
+	req, err := lr.PutMem(nearMem, 0, 17, 2000)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	farBytes, err := far.Bytes()
+	require.NoError(t, err)
+	assert.Equal(t, "from local memory", string(farBytes[2000:2017]))
+
+	copy(farBytes[3000:], "back again")
+	req, err = lr.GetMem(nearMem, 100, 10, 3000)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	assert.Equal(t, "back again", string(near[100:110]))
+
+	_, err = lr.WriteAt(bytes.Repeat([]byte{7}, 64), 0)
+	require.NoError(t, err)
+	assert.Equal(t, bytes.Repeat([]byte{7}, 64), farBytes[:64])
+}
