@@ -159,10 +159,19 @@ func (r RemoteRegion) WriteAtContext(ctx context.Context, p []byte, off int64) (
 		return 0, err
 	}
 	// A completed put is only locally complete: the flush makes it remote.
-	if err := r.key.ep.Flush(ctx); err != nil {
+	if err := r.Flush(ctx); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// Flush waits until every operation started on the region's endpoint is
+// complete in the peer's memory.
+func (r RemoteRegion) Flush(ctx context.Context) error {
+	if err := r.check("ucp: flush endpoint", 0, 0); err != nil {
+		return err
+	}
+	return r.key.ep.Flush(ctx)
 }
 
 var (

@@ -124,27 +124,17 @@ func (s *summary) print() {
 	}
 }
 
-// link is what the RMA runs on: the endpoint, the remote key, and the
-// local and remote sides of each transfer.
+// link is what the RMA runs on: the host's memory as a region (over the
+// exporter endpoint in rkey mode, over a local region of the imported
+// mapping in export mode) and the DPU-side buffer.
 type link struct {
-	ep    *ucp.Endpoint
-	rkey  *ucp.RemoteKey
-	local *ucp.Mem // DPU-side buffer (rkey mode) or the imported host memory (export mode)
-	raddr uint64   // where the transfers land remotely
-	// export mode reverses the roles: the imported host memory is the local
-	// side and a DPU buffer the remote one, on an endpoint to this worker.
-	reversed bool
-	mirror   *ucp.Mem // export mode: the DPU buffer the host memory is copied to and from
-	revoked  <-chan struct{}
+	host    ucp.RemoteRegion
+	local   *ucp.Mem // DPU-side buffer
+	revoked <-chan struct{}
 }
 
 // localBytes is the DPU-side copy of the region, which the importer checks.
-func (l *link) localBytes() ([]byte, error) {
-	if l.reversed {
-		return l.mirror.Bytes()
-	}
-	return l.local.Bytes()
-}
+func (l *link) localBytes() ([]byte, error) { return l.local.Bytes() }
 
 // op moves n bytes at off: read (host to DPU) or write (DPU to host).
 func (l *link) op(n, off int, read bool, timeout time.Duration) error {
@@ -155,10 +145,10 @@ func (l *link) op(n, off int, read bool, timeout time.Duration) error {
 	}
 	var req ucp.Request
 	var err error
-	if read != l.reversed { // rkey read, or export-mode write: get into the local side
-		req, err = l.ep.GetMem(l.local, off, n, l.raddr+uint64(off), l.rkey)
+	if read {
+		req, err = l.host.GetMem(l.local, off, n, off)
 	} else {
-		req, err = l.ep.PutMem(l.local, off, n, l.raddr+uint64(off), l.rkey)
+		req, err = l.host.PutMem(l.local, off, n, off)
 	}
 	if err != nil {
 		return err
@@ -329,7 +319,7 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 		return sum, exitFail, err
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	err = l.ep.Flush(fctx)
+	err = l.host.Flush(fctx)
 	cancel()
 	if err != nil {
 		return sum, exitFail, err
@@ -372,8 +362,8 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 }
 
 // setup turns the envelope's key into a link: rkey mode unpacks the rkey
-// on the exporter endpoint; export mode imports the descriptor and runs
-// the transfers on an endpoint to this worker, host memory as local side.
+// on the exporter endpoint; export mode imports the descriptor and reaches
+// the imported host memory through a local region of this worker.
 func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Envelope) (*link, func(), error) {
 	local, err := ctx.Allocate(int(env.Length))
 	if err != nil {
@@ -385,7 +375,13 @@ func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoi
 			local.Close()
 			return nil, nil, err
 		}
-		return &link{ep: ep, rkey: rkey, local: local, raddr: env.Address}, func() { rkey.Close(); local.Close() }, nil
+		host, err := rkey.Region(env.Address, int(env.Length))
+		if err != nil {
+			rkey.Close()
+			local.Close()
+			return nil, nil, err
+		}
+		return &link{host: host, local: local}, func() { rkey.Close(); local.Close() }, nil
 	}
 	desc, err := ucp.ParseDescriptor(env.Key)
 	if err != nil {
@@ -397,29 +393,16 @@ func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoi
 		local.Close()
 		return nil, nil, err
 	}
-	addr, err := w.PackAddress()
-	if err != nil {
-		return nil, nil, err
-	}
-	self, err := w.ConnectWorker(addr)
+	// The imported mapping is the exporter's memory, reached over a
+	// loopback endpoint to this worker.
+	lr, err := w.LocalRegion(wait, host)
 	if err != nil {
 		host.Close()
 		local.Close()
 		return nil, nil, err
 	}
-	packed, err := local.PackRemoteKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	rkey, err := self.UnpackRemoteKey(wait, packed)
-	if err != nil {
-		return nil, nil, err
-	}
-	l := &link{ep: self, rkey: rkey, local: host, raddr: local.Address(), reversed: true}
-	l.mirror = local
-	return l, func() {
-		rkey.Close()
-		self.Close(context.Background(), ucp.CloseForce)
+	return &link{host: lr.RemoteRegion, local: local}, func() {
+		lr.Close(context.Background())
 		host.Close()
 		local.Close()
 	}, nil
