@@ -1,8 +1,12 @@
 package ucp
 
 import (
+	"context"
+	"fmt"
 	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -10,10 +14,15 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
+// AMID identifies a kind of active message: a handler or queue on the
+// receiving worker takes the messages a peer sends with its id.
+type AMID uint16
+
 // AMHandler handles active messages of one id. It runs inside Progress on
-// the progressing goroutine and must not block; it may send, and may start
-// the receive of rendezvous data (AMMessage.ReceiveInto). msg is valid
-// until the handler returns (its Header and Data may be kept).
+// the progressing goroutine and must not block (code that would wait, for
+// a lock, a channel or a Request, uses an AMQueue instead); it may send,
+// and may start the receive of rendezvous data (AMMessage.ReceiveInto).
+// msg is valid until the handler returns (its Header and Data may be kept).
 type AMHandler func(msg *AMMessage)
 
 type amHandler struct {
@@ -22,7 +31,7 @@ type amHandler struct {
 }
 
 // SetAMHandler installs (or replaces) the handler for id.
-func (w *Worker) SetAMHandler(id uint, fn AMHandler) error {
+func (w *Worker) SetAMHandler(id AMID, fn AMHandler) error {
 	const op = "ucp: set active-message handler"
 	if fn == nil {
 		return errs.New(op, ucs.ErrInvalidParam, "nil handler")
@@ -37,7 +46,7 @@ func (w *Worker) SetAMHandler(id uint, fn AMHandler) error {
 		h.fn = fn
 		return nil
 	}
-	c, st := w.c.SetAMHandler(id)
+	c, st := w.c.SetAMHandler(uint(id))
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
@@ -46,7 +55,7 @@ func (w *Worker) SetAMHandler(id uint, fn AMHandler) error {
 }
 
 // ClearAMHandler removes the handler for id; later messages are dropped by UCX.
-func (w *Worker) ClearAMHandler(id uint) error {
+func (w *Worker) ClearAMHandler(id AMID) error {
 	if !w.res.Enter() {
 		return closedError("ucp: clear active-message handler")
 	}
@@ -54,7 +63,7 @@ func (w *Worker) ClearAMHandler(id uint) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h, ok := w.handlers[id]; ok {
-		w.c.ClearAMHandler(id, h.c)
+		w.c.ClearAMHandler(uint(id), h.c)
 		delete(w.handlers, id)
 	}
 	return nil
@@ -62,7 +71,7 @@ func (w *Worker) ClearAMHandler(id uint) error {
 
 // AMMessage is a received active message.
 type AMMessage struct {
-	ID     uint
+	ID     AMID
 	Header []byte // copied out of UCX; the handler may keep it
 	// Data is the payload of an eager message (copied; the handler may keep
 	// it). A rendezvous message has no Data: receive it with ReceiveInto.
@@ -168,10 +177,10 @@ type amMessage struct {
 func (w *Worker) dispatch(msgs []amMessage) {
 	for i := range msgs {
 		cm := &msgs[i]
-		cm.msg = AMMessage{ID: cm.ID, Header: cm.Header, Data: cm.Data, w: w,
+		cm.msg = AMMessage{ID: AMID(cm.ID), Header: cm.Header, Data: cm.Data, w: w,
 			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
 		w.mu.Lock()
-		h := w.handlers[cm.ID]
+		h := w.handlers[AMID(cm.ID)]
 		w.mu.Unlock()
 		if h != nil {
 			h.fn(&cm.msg)
@@ -195,3 +204,113 @@ const (
 	AMEager AMSendFlags = 0x2 // force the eager protocol
 	AMRndv  AMSendFlags = 0x4 // force the rendezvous protocol
 )
+
+// AMQueue receives the active messages of one id by pull, for code that
+// would rather wait for a message than be called with it: Receive returns
+// the next one, progressing the worker while it waits. Messages that
+// arrive while nobody receives are kept in order, without limit (UCX has
+// already handed them over). A rendezvous message must be received
+// (ReceiveInto) or dropped (Drop): until then its data waits in the sender.
+type AMQueue struct {
+	w      *Worker
+	id     AMID
+	op     string
+	mu     sync.Mutex
+	msgs   []*AMMessage
+	queued atomic.Int32
+	closed atomic.Bool
+}
+
+// OpenAMQueue routes the worker's messages of id to a new queue (in place
+// of a handler; an id has one or the other).
+func (w *Worker) OpenAMQueue(id AMID) (*AMQueue, error) {
+	q := &AMQueue{w: w, id: id, op: fmt.Sprintf("ucp: receive active message %d", id)}
+	w.mu.Lock()
+	_, taken := w.handlers[id]
+	w.mu.Unlock()
+	if taken {
+		return nil, errs.New("ucp: open active-message queue", ucs.ErrAlreadyExists, "id %d already has a handler or queue", id)
+	}
+	if err := w.SetAMHandler(id, q.push); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// push runs in dispatch: it takes the message out of the worker's reused
+// buffer (dispatch's Drop then leaves rendezvous data to the copy).
+func (q *AMQueue) push(m *AMMessage) {
+	kept := new(AMMessage)
+	*kept = *m
+	m.consumed = true
+	q.mu.Lock()
+	if q.closed.Load() {
+		q.mu.Unlock()
+		kept.Drop()
+		return
+	}
+	q.msgs = append(q.msgs, kept)
+	q.queued.Add(1)
+	q.mu.Unlock()
+	if q.w.waiters.Load() > 0 {
+		q.w.signal() // a Receive may sleep on the event fd
+	}
+}
+
+func (q *AMQueue) ready() bool { return q.queued.Load() > 0 || q.closed.Load() }
+
+// Receive returns the next message, waiting for it within ctx. After the
+// queue's or the worker's Close it returns an error wrapping ucs.ErrClosed.
+func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
+	for {
+		q.mu.Lock()
+		if len(q.msgs) > 0 {
+			m := q.msgs[0]
+			q.msgs[0] = nil
+			q.msgs = q.msgs[1:]
+			q.queued.Add(-1)
+			q.mu.Unlock()
+			return m, nil
+		}
+		q.mu.Unlock()
+		if q.closed.Load() || !q.w.res.Enter() {
+			return nil, closedError(q.op)
+		}
+		err := q.w.waitFor(ctx, waitReady{op: q.op, queue: q, endOnClose: true})
+		q.w.res.Exit()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Close stops routing messages to the queue (later ones are dropped by
+// UCX, as with no handler), drops the rendezvous data of messages nobody
+// received, and wakes a waiting Receive, which returns ucs.ErrClosed.
+func (q *AMQueue) Close() error {
+	if q.closed.Swap(true) {
+		return nil
+	}
+	if q.w.res.Enter() { // a closed worker's handlers go with it
+		q.w.mu.Lock()
+		if h, ok := q.w.handlers[q.id]; ok {
+			q.w.c.ClearAMHandler(uint(q.id), h.c)
+			delete(q.w.handlers, q.id)
+		}
+		q.w.mu.Unlock()
+		q.w.res.Exit()
+	}
+	q.mu.Lock()
+	pending := q.msgs
+	q.msgs = nil
+	q.queued.Store(0)
+	q.mu.Unlock()
+	for _, m := range pending {
+		m.Drop()
+	}
+	if q.w.res.Enter() {
+		q.w.signal()
+		q.w.res.Exit()
+	}
+	return nil
+}

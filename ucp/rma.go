@@ -139,7 +139,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 
 // SendAM sends an active message with header and data to handler id on
 // the peer. The header is copied by UCX; data is pinned until completion.
-func (ep *Endpoint) SendAM(id uint, header, data []byte, flags AMSendFlags) (Request, error) {
+func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Request, error) {
 	p, pin := pinBytes(data)
 	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin, nil)
 	if err != nil && pin != nil {
@@ -149,7 +149,7 @@ func (ep *Endpoint) SendAM(id uint, header, data []byte, flags AMSendFlags) (Req
 }
 
 // SendAMMem sends an active message whose data is n bytes of m at off.
-func (ep *Endpoint) SendAMMem(id uint, header []byte, m *Mem, off, n int, flags AMSendFlags) (Request, error) {
+func (ep *Endpoint) SendAMMem(id AMID, header []byte, m *Mem, off, n int, flags AMSendFlags) (Request, error) {
 	const op = "ucp: send active message"
 	if !m.res.Enter() {
 		return Request{}, closedError(op)
@@ -162,14 +162,14 @@ func (ep *Endpoint) SendAMMem(id uint, header []byte, m *Mem, off, n int, flags 
 	return ep.sendAM(id, header, p, n, m.res.State.h, flags, nil, &m.res)
 }
 
-func (ep *Endpoint) sendAM(id uint, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	const op = "ucp: send active message"
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
 	}
 	defer ep.res.Exit()
 	ep.w.mu.Lock()
-	r := ep.c.AMSend(id, header, p, uintptr(n), memh, uint(flags))
+	r := ep.c.AMSend(uint(id), header, p, uintptr(n), memh, uint(flags))
 	ep.w.mu.Unlock()
 	return newRequest(ep.w, r, op, pin, mem), nil
 }

@@ -95,7 +95,7 @@ type Worker struct {
 	seen      uint64                                    // shim events handled so far
 	completed uint64                                    // request completions seen so far
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
-	handlers  map[uint]*amHandler
+	handlers  map[AMID]*amHandler
 	taken     []cgo.AMMessage // reused by progressLocked
 	msgs      []amMessage     // reused by dispatch, nil while one runs
 
@@ -162,7 +162,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[uint]*amHandler{}, wake: make(chan struct{})}
+	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}, wake: make(chan struct{})}
 	if err := w.openEventFD(); err != nil {
 		cw.Destroy()
 		return nil, err
@@ -482,10 +482,12 @@ type waitReady struct {
 	// closing, if set, ends a spin once its Close starts (the worker's own
 	// Close always does), so that a long WithSpin cannot hold a Close up.
 	closing interface{ Closing() bool }
+	queue   *AMQueue // ready once it has a message or is closed
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0)
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0) ||
+		(r.queue != nil && r.queue.ready())
 }
 
 // waitFor progresses, and if nothing happened and ready is not true, arms

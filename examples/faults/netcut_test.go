@@ -112,7 +112,7 @@ func runNetClient() int {
 	}
 	envs := make(chan []byte, 1)
 	results := make(chan string, 1)
-	for id, fn := range map[uint]ucp.AMHandler{
+	for id, fn := range map[ucp.AMID]ucp.AMHandler{
 		demo.AMEnvelope: func(m *ucp.AMMessage) { envs <- m.Data },
 		demo.AMResult: func(m *ucp.AMMessage) {
 			ok := len(m.Header) == 1 && m.Header[0] == 1

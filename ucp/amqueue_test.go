@@ -1,0 +1,86 @@
+package ucp_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+const amJobs ucp.AMID = 7
+
+// A service that waits for work pulls messages from a queue with a ctx,
+// eager and rendezvous alike, in the order they were sent.
+func TestAMQueueReceive(t *testing.T) {
+	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	q, err := p.server.OpenAMQueue(amJobs)
+	require.NoError(t, err)
+	defer q.Close()
+	_, err = p.server.OpenAMQueue(amJobs)
+	require.ErrorIs(t, err, ucs.ErrAlreadyExists, "one queue or handler per id")
+
+	sizes := []int{0, 16, 4096, 1 << 20}
+	for i, n := range sizes {
+		req, err := p.cep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i + 1)}, n), 0)
+		require.NoError(t, err)
+		req.Detach()
+	}
+	for i, n := range sizes {
+		m, err := q.Receive(waitCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, []byte{byte(i)}, m.Header, "in order")
+		require.Equal(t, n, m.Len())
+		buf := make([]byte, n)
+		req, err := m.ReceiveInto(buf)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		assert.Equal(t, bytes.Repeat([]byte{byte(i + 1)}, n), buf, "message %d (rendezvous %t)", i, m.IsRendezvous())
+	}
+
+	// Nothing queued: Receive ends with its ctx and names the call.
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err = q.Receive(short)
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	assert.Contains(t, err.Error(), "receive active message 7")
+}
+
+// Close wakes a Receive that waits, which then says the queue is closed;
+// a rendezvous message nobody received is dropped, not leaked.
+func TestAMQueueCloseWakesReceive(t *testing.T) {
+	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	runWorker(t, p.client)
+	q, err := p.server.OpenAMQueue(amJobs)
+	require.NoError(t, err)
+
+	req, err := p.cep.SendAM(amJobs, nil, make([]byte, 1<<20), ucp.AMRndv)
+	require.NoError(t, err)
+	m, err := q.Receive(waitCtx(t))
+	require.NoError(t, err)
+	assert.True(t, m.IsRendezvous())
+	m.Drop()
+	require.NoError(t, req.Wait(waitCtx(t)))
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := q.Receive(context.Background())
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, q.Close())
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+		t.Logf("Receive woke %v after Close", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wake Receive")
+	}
+	require.NoError(t, q.Close(), "twice is fine")
+}
