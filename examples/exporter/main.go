@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -180,7 +181,10 @@ func run(ctx context.Context, c config) error {
 	rand.Read(id[:])
 	var mu sync.Mutex
 	sessions := map[*ucp.Endpoint]*session{}
-	finished := make(chan struct{}, 1024)
+	// Handlers must not block: they count finished importers and nudge the
+	// main loop without waiting.
+	var finishedCount atomic.Int64
+	finished := make(chan struct{}, 1)
 
 	// The importer asks the exporter to check what it wrote.
 	err = w.SetAMHandler(demo.AMVerify, func(m *ucp.AMMessage) {
@@ -221,8 +225,14 @@ func run(ctx context.Context, c config) error {
 		s := sessions[m.Reply()]
 		mu.Unlock()
 		if s != nil {
-			s.once.Do(func() { close(s.acked) })
-			finished <- struct{}{}
+			s.once.Do(func() {
+				close(s.acked)
+				finishedCount.Add(1)
+				select {
+				case finished <- struct{}{}:
+				default:
+				}
+			})
 		}
 	})
 	if err != nil {
@@ -297,13 +307,11 @@ func run(ctx context.Context, c config) error {
 	}()
 
 	// Wait for the end: a signal, or -serve importers finished.
-	done := 0
-	for c.serve == 0 || done < c.serve {
+	for c.serve == 0 || finishedCount.Load() < int64(c.serve) {
 		select {
 		case <-ctx.Done():
 			goto shutdown
 		case <-finished:
-			done++
 		}
 	}
 shutdown:

@@ -210,18 +210,20 @@ func run(c config) (*summary, int, error) {
 	}
 	defer w.Close()
 
-	envs := make(chan []byte, 1)
-	results := make(chan [2]string, 1)
+	// The envelope and the verify result are waited for: queues, since a
+	// handler must not block.
+	envs, err := w.OpenAMQueue(demo.AMEnvelope)
+	if err != nil {
+		return nil, exitFail, err
+	}
+	defer envs.Close()
+	results, err := w.OpenAMQueue(demo.AMResult)
+	if err != nil {
+		return nil, exitFail, err
+	}
+	defer results.Close()
 	revoked := make(chan struct{})
 	var revokeOnce sync.Once
-	must(w.SetAMHandler(demo.AMEnvelope, func(m *ucp.AMMessage) { envs <- m.Data }))
-	must(w.SetAMHandler(demo.AMResult, func(m *ucp.AMMessage) {
-		ok := "0"
-		if len(m.Header) == 1 && m.Header[0] == 1 {
-			ok = "1"
-		}
-		results <- [2]string{ok, string(m.Data)}
-	}))
 	must(w.SetAMHandler(demo.AMRevoke, func(*ucp.AMMessage) { revokeOnce.Do(func() { close(revoked) }) }))
 
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -239,15 +241,24 @@ func run(c config) (*summary, int, error) {
 		cancel()
 	}()
 
-	var raw []byte
-	select {
-	case raw = <-envs:
-	case <-ep.Failed():
-		return nil, exitFail, fmt.Errorf("exporter connection failed: %w", ep.Err())
-	case <-time.After(c.timeout):
-		return nil, exitFail, fmt.Errorf("no envelope from %s within %s", c.connect, c.timeout)
+	// The wait for the envelope ends early if the exporter fails.
+	wait, cancel := context.WithTimeout(context.Background(), c.timeout)
+	go func() {
+		select {
+		case <-ep.Failed():
+			cancel()
+		case <-wait.Done():
+		}
+	}()
+	m, err := envs.Receive(wait)
+	cancel()
+	if err != nil {
+		if ep.Err() != nil {
+			return nil, exitFail, fmt.Errorf("exporter connection failed: %w", ep.Err())
+		}
+		return nil, exitFail, fmt.Errorf("no envelope from %s within %s: %w", c.connect, c.timeout, err)
 	}
-	env, err := envelope.Open(raw, c.secret, time.Now())
+	env, err := envelope.Open(m.Data, c.secret, time.Now())
 	if err != nil {
 		return nil, exitEnvelope, fmt.Errorf("refusing the envelope: %w", err)
 	}
@@ -291,7 +302,7 @@ func run(c config) (*summary, int, error) {
 
 // exercise reads and verifies the host memory, writes a new pattern for the
 // exporter to verify, and times 8-byte reads.
-func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [2]string) (*summary, int, error) {
+func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results *ucp.AMQueue) (*summary, int, error) {
 	n := int(sum.Bytes)
 	lb, err := l.localBytes()
 	if err != nil {
@@ -333,12 +344,13 @@ func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results chan [
 	if err := waitReq(&req, c.timeout); err != nil {
 		return sum, exitFail, err
 	}
-	select {
-	case r := <-results:
-		sum.WriteOK, sum.Exporter = r[0] == "1", r[1]
-	case <-time.After(c.timeout):
-		return sum, exitFail, errors.New("the exporter did not answer the verify request")
+	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	r, err := results.Receive(rctx)
+	cancel()
+	if err != nil {
+		return sum, exitFail, fmt.Errorf("the exporter did not answer the verify request: %w", err)
 	}
+	sum.WriteOK, sum.Exporter = len(r.Header) == 1 && r.Header[0] == 1, string(r.Data)
 	if !sum.WriteOK {
 		return sum, exitMismatch, fmt.Errorf("exporter: %s", sum.Exporter)
 	}
