@@ -4,9 +4,12 @@
 // call UCX, return the status). It speaks Go types only, so that packages
 // uct and ucp stay free of cgo.
 //
-// It is a low-level layer for those packages, in the way pgconn sits under
-// pgx: it checks nothing that UCX does not, holds no state, and owns
-// nothing. Users want packages uct and ucp.
+// Applications do not import it. It is the raw layer under uct and ucp:
+// it checks nothing that UCX does not, holds no state and owns nothing, so
+// a wrong call through it crashes the process as a wrong call into libucx
+// would. No public type of uct, ucp or ucs is one of its types. (It stays
+// a top-level directory, as the project's layout fixes, rather than
+// internal/.)
 package cgo
 
 /*
