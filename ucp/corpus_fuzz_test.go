@@ -3,6 +3,7 @@ package ucp
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/wire"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,8 +80,8 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	posixZero := append([]byte(nil), rkeys["posix"]...)
 	if k, err := parseRkey(posixZero); err == nil && len(k.keys) > 0 {
 		for _, key := range k.keys {
-			if len(key) == posixRkeyFixed {
-				copy(key[posixLengthOffset:], make([]byte, 8)) // aliases posixZero
+			if len(key) == wire.PosixRkeyFixed {
+				copy(key[wire.PosixLengthOffset:], make([]byte, 8)) // aliases posixZero
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/wire"
 	"os"
 	"testing"
 
@@ -42,7 +43,7 @@ func (s *rkeySandbox) learn(t testing.TB, packed []byte) {
 		case 12:
 			s.sysvMD = md
 			s.sysv[string(key[:4])] = binary.LittleEndian.Uint64(key[4:])
-		case posixRkeyFixed:
+		case wire.PosixRkeyFixed:
 			s.posixMD = md
 			le := binary.LittleEndian
 			s.posix[string(key[:8])] = rkeySeg{le.Uint64(key[8:]), le.Uint64(key[16:])}
@@ -84,7 +85,7 @@ func (s *rkeySandbox) allows(k *packedRkey) (ok bool, region uint64) {
 			}
 		case s.posixMD:
 			seg, mine := s.posix[string(key[:min(8, len(key))])]
-			if len(key) < posixRkeyFixed || !mine {
+			if len(key) < wire.PosixRkeyFixed || !mine {
 				return false, 0
 			}
 			if l := le.Uint64(key[16:]); l == 0 || l > seg.length {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/wire"
 	"math/bits"
 	"math/rand/v2"
 	"testing"
@@ -67,7 +68,7 @@ func mustHex(s string) []byte {
 
 // keysEnd is where the UCT keys of a parsed rkey end.
 func keysEnd(k *packedRkey) int {
-	n := rkeyHeaderSize
+	n := wire.RkeyHeaderSize
 	for _, key := range k.keys {
 		n += 1 + len(key)
 	}
@@ -88,7 +89,7 @@ func TestParseRecordedRkeys(t *testing.T) {
 			assert.Equal(t, r.sizes, sizes)
 			assert.Equal(t, r.tailed, k.tail != nil)
 			if r.tailed {
-				assert.Equal(t, []byte{rkeySysDevNone}, k.tail)
+				assert.Equal(t, []byte{wire.RkeySysDevNone}, k.tail)
 			}
 		})
 	}
@@ -169,7 +170,7 @@ func TestCheckRkeyPosixLength(t *testing.T) {
 		t.Skip("no posix memory domain here")
 	}
 	b := mustHex(recordedRkeys[1].hex) // 1.18 posix: key at 12..36, length at 28..36
-	copy(b[12+posixLengthOffset:], make([]byte, 8))
+	copy(b[12+wire.PosixLengthOffset:], make([]byte, 8))
 	err = checkRkeyInPlace(&b)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "key 2: zero where a posix reader takes its segment length")
@@ -208,7 +209,7 @@ func TestSanitizedRkeyLayout(t *testing.T) {
 			assert.Equal(t, byte(0), key[len(key)-1], "padding ends with a NUL")
 		}
 		if r.mdMap != 0 {
-			assert.Equal(t, []byte{rkeySysDevNone}, k.tail, "%s: unknown sys_dev present for a 1.20+ reader", r.name)
+			assert.Equal(t, []byte{wire.RkeySysDevNone}, k.tail, "%s: unknown sys_dev present for a 1.20+ reader", r.name)
 		}
 	}
 }
@@ -231,9 +232,9 @@ func TestParseRkeyRandomBytes(t *testing.T) {
 		}
 		switch rng.IntN(3) {
 		case 1:
-			b = append(b, rkeySysDevNone)
+			b = append(b, wire.RkeySysDevNone)
 		case 2:
-			b = append(b, byte(rng.IntN(0x80)), 1, 0x13, 0x05, 3, 0x23, 0x0d, rkeySysDevNone)
+			b = append(b, byte(rng.IntN(0x80)), 1, 0x13, 0x05, 3, 0x23, 0x0d, wire.RkeySysDevNone)
 		}
 		if rng.IntN(2) == 0 {
 			b[rng.IntN(len(b))] = byte(rng.UintN(256))

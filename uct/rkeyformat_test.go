@@ -3,6 +3,7 @@ package uct
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/ucxgo/ucx/internal/wire"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,14 +30,14 @@ func TestPosixRkeyChecked(t *testing.T) {
 	require.NoError(t, rk.Close())
 
 	zero := bytes.Clone(real)
-	copy(zero[posixLengthOffset:], make([]byte, 8))
+	copy(zero[wire.PosixLengthOffset:], make([]byte, 8))
 	_, err = md.UnpackRemoteKey(zero)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "zero segment length")
 
 	le := binary.LittleEndian
 	file := bytes.Clone(real)
-	le.PutUint64(file, le.Uint64(file)&^(posixSegFlagProcfs|posixSegFlagShmOpen))
+	le.PutUint64(file, le.Uint64(file)&^(wire.PosixSegFlagProcfs|wire.PosixSegFlagShmOpen))
 	_, err = md.UnpackRemoteKey(file)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "without a NUL-terminated directory")

@@ -1,0 +1,165 @@
+// Package wire is ucx-go's one description of the packed-key formats UCX
+// reads from other processes without a length: the UCP packed rkey
+// (ucp_rkey_pack) and the UCT posix rkey inside it. Packages ucp and uct
+// add the checks that need this machine's memory domains. (The exported
+// descriptor's format has one reader, ucp.ParseDescriptor, and lives there.)
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// The posix MD's packed rkey (uct_posix_md_mkey_pack, src/uct/sm/mm/posix/
+// mm_posix.c, the same in UCX 1.16 to 1.23): u64 segment id (flags in bits
+// 60-63, the rest an id), u64 owner address, u64 length, then, for a
+// file-backed segment (neither shm_open nor procfs flag), the directory as
+// a NUL-terminated string. Its unpack maps what the id names, for the
+// length it claims, and asserts the length is not zero.
+const (
+	PosixRkeyFixed      = 24
+	PosixLengthOffset   = 16
+	PosixSegFlagProcfs  = 1 << 63
+	PosixSegFlagShmOpen = 1 << 62
+)
+
+// CheckPosixRkey checks a posix UCT rkey before uct_rkey_unpack reads it.
+func CheckPosixRkey(b []byte) error {
+	if len(b) < PosixRkeyFixed {
+		return fmt.Errorf("posix rkey of %d bytes, shorter than its %d-byte header", len(b), PosixRkeyFixed)
+	}
+	if binary.LittleEndian.Uint64(b[PosixLengthOffset:]) == 0 {
+		return errors.New("posix rkey with a zero segment length (UCX asserts on it)")
+	}
+	seg := binary.LittleEndian.Uint64(b)
+	if seg&(PosixSegFlagProcfs|PosixSegFlagShmOpen) == 0 && bytes.IndexByte(b[PosixRkeyFixed:], 0) < 1 {
+		return errors.New("file-backed posix rkey without a NUL-terminated directory")
+	}
+	return nil
+}
+
+// The packed rkey of ucp_rkey_pack (ucp_rkey_pack_memh, src/ucp/core/
+// ucp_rkey.c), host byte order, with no length, version or checksum:
+//
+//	u64 md_map       the packer's memory-domain indices
+//	u8  memory type
+//	per md_map bit, ascending: u8 size, then size bytes of that MD's UCT rkey
+//	UCX 1.20+, md_map != 0: u8 sys_dev (0xff: unknown; bit 7: flush), and
+//	  when it is not 0xff, 3-byte distances {sys_dev, fp8 latency,
+//	  fp8 bandwidth} ending with a 0xff byte
+const (
+	RkeyHeaderSize   = 9 // md_map + memory type; also the whole zero-length key
+	RkeySysDevNone   = 0xff
+	rkeyDistanceSize = 3
+	// UCX marks distances in a u64 map by UCS_BIT(device): devices from 64
+	// alias lower ones (their distance is then read uninitialized), and a
+	// lane whose device is unknown (255) tests bit 255&63 = 63 and reads
+	// past the 255-entry table. Packers number devices from 0.
+	rkeyMaxDistanceDev = 63
+	// fp8 (ucs/type/float8.h): the low 4 bits are the exponent, 15 is NaN;
+	// packers write at most 13 (the cap of both the latency and bandwidth
+	// ranges). A NaN latency or a zero or NaN bandwidth makes UCX's protocol
+	// selection fail an assertion.
+	fp8ExponentMask = 0x0f
+	fp8MaxExponent  = 13
+)
+
+// FormatError is a packed key that does not follow the format.
+type FormatError struct{ Reason string }
+
+func (e *FormatError) Error() string { return e.Reason }
+
+func formatError(format string, args ...any) error {
+	return &FormatError{fmt.Sprintf(format, args...)}
+}
+
+// WalkRkey checks b against the packed rkey format of UCX 1.16 to 1.23
+// (either tail form, since the peer may run another release): it calls key
+// for each UCT rkey in order, with the packer's MD index, and returns the
+// 1.20+ sys_dev part (nil from a 1.16 to 1.19 packer). The buffer must end
+// exactly where the format does. Format errors are *FormatError; key's
+// errors are returned as they are.
+func WalkRkey(b []byte, key func(i, md int, k []byte) error) (tail []byte, err error) {
+	if len(b) < RkeyHeaderSize {
+		return nil, formatError("%d bytes is shorter than the %d-byte header", len(b), RkeyHeaderSize)
+	}
+	mdMap := binary.LittleEndian.Uint64(b)
+	if !ucs.MemoryType(b[8]).KnownByLoaded() {
+		return nil, formatError("unknown memory type %d", b[8])
+	}
+	p := b[RkeyHeaderSize:]
+	if mdMap == 0 {
+		if len(p) != 0 {
+			return nil, formatError("a key without memory domains is %d bytes, not %d", len(b), RkeyHeaderSize)
+		}
+		return nil, nil
+	}
+	i := 0
+	for m := mdMap; m != 0; m &= m - 1 {
+		md := bits.TrailingZeros64(m)
+		if len(p) < 1 {
+			return nil, formatError("memory domain %d: size missing", md)
+		}
+		n := int(p[0])
+		if 1+n > len(p) {
+			return nil, formatError("memory domain %d: %d-byte key overruns the %d bytes left", md, n, len(p)-1)
+		}
+		if key != nil {
+			if err := key(i, md, p[1:1+n]); err != nil {
+				return nil, err
+			}
+		}
+		i++
+		p = p[1+n:]
+	}
+	if len(p) == 0 {
+		return nil, nil
+	}
+	if err := checkRkeyTail(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkRkeyTail checks the 1.20+ sys_dev part: 0xff alone, or a device
+// byte, distances to devices in ascending order, and the 0xff terminator.
+func checkRkeyTail(p []byte) error {
+	if p[0] == RkeySysDevNone {
+		if len(p) != 1 {
+			return formatError("%d bytes after the unknown system device", len(p)-1)
+		}
+		return nil
+	}
+	last := -1
+	for q := p[1:]; ; q = q[rkeyDistanceSize:] {
+		if len(q) == 0 {
+			return formatError("distances have no terminator")
+		}
+		if q[0] == RkeySysDevNone {
+			if len(q) != 1 {
+				return formatError("%d bytes after the distances", len(q)-1)
+			}
+			return nil
+		}
+		if len(q) < rkeyDistanceSize {
+			return formatError("truncated distance")
+		}
+		dev, lat, bw := int(q[0]), q[1]&fp8ExponentMask, q[2]&fp8ExponentMask
+		switch {
+		case dev >= rkeyMaxDistanceDev:
+			return formatError("distance to device %d (at most %d)", dev, rkeyMaxDistanceDev-1)
+		case dev <= last:
+			return formatError("distance to device %d after device %d (packers write them in ascending order)", dev, last)
+		case lat > fp8MaxExponent:
+			return formatError("device %d: latency exponent %d out of range", dev, lat)
+		case bw == 0 || bw > fp8MaxExponent:
+			return formatError("device %d: bandwidth exponent %d out of range 1..%d", dev, bw, fp8MaxExponent)
+		}
+		last = dev
+	}
+}
