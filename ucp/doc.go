@@ -8,12 +8,17 @@
 //	mem, _ := ctx.Allocate(1 << 20)
 //	desc, err := mem.Export() // ucs.ErrUnsupported where no MD can export
 //	...
-//	imported, err := ctx.Import(desc) // validated in Go first
+//	d, err := ucp.ParseDescriptor(desc) // validated in Go first
+//	host, err := ctx.Import(d)
+//	region, err := w.LocalRegion(ctx, host) // the host's memory, by offset
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
-// same program falls back to PackRemoteKey / Endpoint.UnpackRemoteKey and RMA. A key
-// may be unpacked at once after Connect or ConnRequest.Accept: UnpackRemoteKey
-// waits (within its ctx) for the endpoint's wire-up first.
+// same program falls back to Mem.PackRemoteKey, Endpoint.UnpackRemoteKey
+// and RemoteKey.Region. A key may be unpacked at once after Connect or
+// Listener.Accept: UnpackRemoteKey waits (within its ctx) for the
+// endpoint's wire-up first. A RemoteRegion checks offsets against its
+// length before anything reaches UCX, and is an io.ReaderAt and
+// io.WriterAt.
 //
 // # UCX releases
 //
@@ -34,8 +39,10 @@
 // worker (not its endpoint: UCX ties keys to the worker), and a request in
 // flight its worker. Handles garbage collected
 // without Close are released by cleanups and counted by ucs.LeakedHandles.
-// Every Request must be waited for (Wait or Test until done) or cancelled;
-// until then it keeps its worker's UCX object alive.
+// A Request is a value whose copies share one operation; one nobody waits
+// for is given to the worker with Detach, or by the garbage collector once
+// dropped, and the worker releases it when UCX completes it (one that never
+// completes, its peer gone without peer error handling, keeps its worker).
 //
 // # Threads
 //
@@ -44,7 +51,8 @@
 // "single" thread mode is never safe by itself); workers are created
 // UCS_THREAD_MODE_SERIALIZED unless asked otherwise, and contexts share
 // workers between threads (mt_workers_shared). Blocking calls (Wait, Flush,
-// Close, Accept, UnpackRemoteKey on a new listener endpoint) progress the worker
+// Close, Accept, AMQueue.Receive, UnpackRemoteKey on a new listener
+// endpoint) progress the worker
 // for a while (WithSpin), then sleep in Go's netpoller on the worker's event
 // fd, not holding the mutex, and honour their context.Context.
 // Worker.Close wakes Run and Worker.Wait, which return ucs.ErrClosed.
@@ -57,7 +65,7 @@
 // (a host exporter in rkey mode) must run Worker.Run in a goroutine, or
 // block in Wait, for its peers' operations to finish. Active-message
 // handlers run inside Progress, on the progressing goroutine, and must not
-// block.
+// block; code that waits for messages takes them from an AMQueue.
 //
 // # Errors
 //

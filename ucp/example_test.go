@@ -56,7 +56,8 @@ func Example_dpuImporter() {
 		log.Fatal(err)
 	}
 	defer host.Close()
-	// ep.GetMem(host, 0, n, remoteAddr, rkey) would now move host memory.
+	// w.LocalRegion(ctx, host) would now reach the host's memory (ReadAt,
+	// WriteAt, GetMem and PutMem with a local mapping).
 
 	fmt.Printf("imported %s mapping, %d bytes, dummy %t\n", host.Kind(), host.Len(), d.Dummy)
 	// Output: imported imported mapping, 0 bytes, dummy true
@@ -128,4 +129,134 @@ func ExampleWithSpin() {
 	}
 	fmt.Println(string(buf))
 	// Output: hello
+}
+
+// The DPU side in rkey mode, as a newcomer writes it: connect to the host's
+// listener, unpack its key at once, and use its memory as a region with
+// offsets. (Both sides run in this process here; the host's address,
+// length and key would arrive in a message.)
+func ExampleRemoteKey_Region() {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	// The host: memory, a listener, a worker progressed by Run.
+	hostWorker, err := ctx.NewWorker()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hostWorker.Close()
+	mem, err := ctx.Allocate(1 << 16)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mem.Close()
+	l, err := hostWorker.Listen("127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *ucp.Endpoint, 1)
+	go func() {
+		ep, err := l.Accept(context.Background())
+		if err != nil {
+			log.Fatal(err)
+		}
+		accepted <- ep
+	}()
+	key, err := mem.PackRemoteKey()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The DPU.
+	w, err := ctx.NewWorker()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	run, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- hostWorker.Run(run) }()
+	defer func() { stop(); <-ran }()
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ep, err := w.Connect(l.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Closes are bounded (a flush close waits for the peer), the DPU's
+	// first: its worker is progressed only by its own calls.
+	defer func() { (<-accepted).Close(wait, ucp.CloseFlush) }()
+	defer ep.Close(wait, ucp.CloseFlush)
+
+	rkey, err := ep.UnpackRemoteKey(wait, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rkey.Close()
+	region, err := rkey.Region(mem.Address(), mem.Len())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := region.WriteAtContext(wait, []byte("written by the DPU"), 1000); err != nil {
+		log.Fatal(err)
+	}
+	got := make([]byte, 18)
+	if _, err := region.ReadAtContext(wait, got, 1000); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(got))
+	// Output: written by the DPU
+}
+
+// A worker that waits for work takes it from a queue, with a deadline,
+// instead of being called with it.
+func ExampleAMQueue() {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	server, err := ctx.NewWorker()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer server.Close()
+	const jobs ucp.AMID = 1
+	q, err := server.OpenAMQueue(jobs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	client, err := ctx.NewWorker()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	addr, err := server.PackAddress()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ep.Close(context.Background(), ucp.CloseForce)
+	req, err := ep.SendAM(jobs, []byte("job"), []byte("payload"), 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	req.Detach() // the sender does not wait for it
+
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := q.Receive(wait)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s: %s\n", m.Header, m.Data)
+	// Output: job: payload
 }
