@@ -58,6 +58,9 @@ func TestAMQueueCloseWakesReceive(t *testing.T) {
 	runWorker(t, p.client)
 	q, err := p.server.OpenAMQueue(amJobs)
 	require.NoError(t, err)
+	// The server's worker goes on being progressed, as a service's is: the
+	// dropped rendezvous data is released to the sender by its progress.
+	runWorker(t, p.server)
 
 	req, err := p.cep.SendAM(amJobs, nil, make([]byte, 1<<20), ucp.AMRndv)
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 	"weak"
@@ -99,27 +98,7 @@ type Worker struct {
 	taken     []cgo.AMMessage // reused by progressLocked
 	msgs      []amMessage     // reused by dispatch, nil while one runs
 
-	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
-	rc      syscall.RawConn
-	waiters atomic.Int32
-
-	// One goroutine at a time sleeps on the event fd (the poller); other
-	// waiters sleep on wake, which the poller closes when it wakes.
-	pollMu    sync.Mutex
-	polling   bool
-	wake      chan struct{}
-	wakeTaken bool // a waiter other than the poller waits on wake
-
-	// The poller's sleep (see initSleep).
-	guard      *time.Timer
-	guardFired atomic.Bool
-	signals    sync.WaitGroup // guard and ctx signals started, not yet done
-	ctxSignal  func()
-	pollDone   func(uintptr) bool
-	pollFirst  bool
-
-	tickWakeups atomic.Uint64 // sleeps that ended by pollTick, not the fd
-	idle        atomic.Bool   // the last sleep ended by pollTick
+	sleeper // the sleep on the event fd between progress rounds
 }
 
 // workerState is what releasing a worker frees, and what draining it
@@ -162,41 +141,16 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}, wake: make(chan struct{})}
+	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}}
+	w.sleeper.init(cw)
 	if err := w.openEventFD(); err != nil {
 		cw.Destroy()
 		return nil, err
 	}
-	w.initSleep()
 	w.res = handle.New(c.res, releaseWorker, workerState{c: cw, efd: w.efd})
 	w.mu = &w.res.State.mu
 	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil
-}
-
-// openEventFD puts a duplicate of the worker's event fd in Go's netpoller,
-// so a sleeping worker costs no thread and no CPU.
-func (w *Worker) openEventFD() error {
-	const op = "ucp: worker event fd"
-	fd, st := w.c.EventFD()
-	if err := errs.Status(ucs.Status(st), op); err != nil {
-		return err
-	}
-	dup, err := syscall.Dup(fd)
-	if err != nil {
-		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
-	}
-	syscall.CloseOnExec(dup)
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		syscall.Close(dup)
-		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
-	}
-	w.efd = os.NewFile(uintptr(dup), "ucp-worker-efd")
-	if w.rc, err = w.efd.SyscallConn(); err != nil {
-		w.efd.Close()
-		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
-	}
-	return nil
 }
 
 // Stats are counters for diagnosing a worker's waits.
@@ -523,89 +477,7 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 	if ready.endOnClose && w.res.Closing() {
 		return nil // Run and Wait: the worker's Close wakes them to end
 	}
-	w.waiters.Add(1)
-	defer w.waiters.Add(-1)
-
-	// Only the poller arms: an arm by another goroutine after the poller
-	// went to sleep can consume the event the poller sleeps for.
-	w.pollMu.Lock()
-	if w.polling {
-		wake := w.wake
-		w.wakeTaken = true
-		w.pollMu.Unlock()
-		select {
-		case <-wake:
-			return nil
-		case <-ctx.Done():
-			return ctxError(ready.name(), ctx.Err())
-		}
-	}
-	w.polling = true
-	w.pollMu.Unlock()
-	defer func() {
-		w.pollMu.Lock()
-		w.polling = false
-		if w.wakeTaken { // a new channel only when someone waits on this one
-			close(w.wake)
-			w.wake = make(chan struct{})
-			w.wakeTaken = false
-		}
-		w.pollMu.Unlock()
-	}()
-
-	w.mu.Lock()
-	st := ucs.Status(w.c.Arm())
-	w.mu.Unlock()
-	if st == ucs.ErrBusy {
-		return nil
-	}
-	if err := errs.Status(st, "ucp: arm worker"); err != nil {
-		return err
-	}
-	// A completion another goroutine's progress records from now on signals
-	// the fd (waiters > 0), so one more look before sleeping loses nothing.
-	if ready.ready() {
-		return nil
-	}
-
-	// Sleep in Go's netpoller on the event fd. The sleep is bounded: the
-	// guard timer signals the worker after pollTick (a lost wake-up then
-	// costs one progress call), and a done ctx signals it at once.
-	// The signals take no lock (a Close waiting for this sleep to end must
-	// not block them): every caller of waitFor holds a reference on the
-	// worker, and a signal that has started is waited for before returning.
-	w.guardFired.Store(false)
-	w.signals.Add(1)
-	w.guard.Reset(pollTick)
-	defer func() {
-		if w.guard.Stop() {
-			w.signals.Done() // never ran
-		}
-		w.signals.Wait()
-	}()
-	if ctx.Done() != nil {
-		w.signals.Add(1)
-		stop := context.AfterFunc(ctx, w.ctxSignal)
-		defer func() {
-			if stop() {
-				w.signals.Done()
-			}
-		}()
-	}
-	w.pollFirst = true
-	if err := w.rc.Read(w.pollDone); err != nil {
-		return &ucs.Error{Op: "ucp: wait on worker event fd", Err: ucs.ErrIOError, Wrapped: err}
-	}
-	if w.guardFired.Load() {
-		w.tickWakeups.Add(1)
-		w.idle.Store(true)
-	} else {
-		w.idle.Store(false)
-	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(ready.name(), err)
-	}
-	return nil
+	return w.sleep(ctx, w.mu, ready)
 }
 
 func (r waitReady) name() string {
@@ -613,30 +485,6 @@ func (r waitReady) name() string {
 		return "ucp: wait on worker"
 	}
 	return r.op
-}
-
-// initSleep makes the worker's guard timer and the callbacks of its sleeps,
-// once, so that a sleep allocates nothing. Only the poller uses them.
-func (w *Worker) initSleep() {
-	w.guard = time.AfterFunc(time.Hour, func() {
-		w.guardFired.Store(true)
-		w.c.Signal()
-		w.signals.Done()
-	})
-	w.guard.Stop()
-	w.ctxSignal = func() {
-		w.c.Signal()
-		w.signals.Done()
-	}
-	// The netpoller calls it before sleeping (false: sleep) and after the
-	// fd became readable (true: done).
-	w.pollDone = func(uintptr) bool {
-		if w.pollFirst {
-			w.pollFirst = false
-			return false
-		}
-		return true
-	}
 }
 
 // ctxError maps a context error to ErrTimedOut or ErrCanceled, keeping it.
