@@ -66,11 +66,13 @@ func rkeyError(format string, args ...any) error {
 // walkRkey is wire.WalkRkey with its format errors as ucs.ErrInvalidParam.
 func walkRkey(b []byte, key func(i, md int, k []byte) error) ([]byte, error) {
 	tail, err := wire.WalkRkey(b, key)
-	var fe *wire.FormatError
-	if errors.As(err, &fe) {
+	if err == nil {
+		return tail, nil
+	}
+	if fe, ok := err.(*wire.FormatError); ok { // wire's own errors are never wrapped
 		return nil, rkeyError("%s", fe.Reason)
 	}
-	return tail, err
+	return nil, err
 }
 
 // checkRkey validates b and appends to dst the copy UCX is to read: every
