@@ -58,6 +58,7 @@ func WithName(name string) ContextOption {
 type Context struct {
 	res      *handle.Resource[cgo.Context]
 	c        cgo.Context
+	retired  *retiredMaps // closed mappings whose keys were handed out
 	features Feature
 	config   []string
 }
@@ -80,8 +81,12 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 		}
 		return nil, e
 	}
-	ctx := &Context{c: c, features: o.features, config: o.config}
-	ctx.res = handle.New(nil, func(c *cgo.Context) { c.Cleanup() }, c)
+	retired := new(retiredMaps)
+	ctx := &Context{c: c, features: o.features, config: o.config, retired: retired}
+	ctx.res = handle.New(nil, func(c *cgo.Context) {
+		retired.unmapAll(*c)
+		c.Cleanup()
+	}, c)
 	handle.Track(ctx, ctx.res)
 	return ctx, nil
 }

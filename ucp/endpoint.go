@@ -81,10 +81,10 @@ var endpointIDs atomic.Uint64
 type endpointState struct {
 	w *Worker
 	c cgo.Endpoint
-	// gets counts the endpoint's gets in flight, for a force close to wait
-	// for (their requests decrement it when done or reaped). A separate
-	// allocation: abandoned requests keep it and must not keep the Endpoint.
-	gets *atomic.Int32
+	// gets are the endpoint's gets in flight, for a force close to wait
+	// for. A separate allocation: requests given to the worker keep it and
+	// must not keep the Endpoint.
+	gets *getsInFlight
 	mode CloseMode
 	ctx  context.Context
 	err  error
@@ -109,7 +109,7 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 	ep.wiring.Store(wiring)
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(atomic.Int32)})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight)})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -211,7 +211,7 @@ func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 // goes.
 func releaseEndpoint(s *endpointState) {
 	w := s.w
-	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.Load() > 0 {
+	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.pending() {
 		waitGetsBeforeForce(s)
 	}
 	w.mu.Lock()
@@ -229,7 +229,7 @@ func releaseEndpoint(s *endpointState) {
 	}
 	w.res.Ref()
 	if s.ctx == nil { // released by a cleanup: do not block its goroutine
-		abandonTo(w.res, r, free)
+		abandonTo(w.res, r, nil, free)
 		return
 	}
 	if err := w.await(s.ctx, "ucp: close endpoint (flush)", r, free); err != nil && !force {
@@ -251,7 +251,7 @@ func releaseEndpoint(s *endpointState) {
 func waitGetsBeforeForce(s *endpointState) {
 	ctx, cancel := context.WithTimeout(s.ctx, forceCloseGrace)
 	defer cancel()
-	for s.gets.Load() > 0 && s.w.waitFor(ctx, waitReady{zero: s.gets}) == nil {
+	for s.gets.pending() && s.w.waitFor(ctx, waitReady{gets: s.gets}) == nil {
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -61,11 +62,48 @@ type memState struct {
 	c   cgo.Context
 	h   cgo.MemHandle
 	pin runtime.Pinner
+	// exposed: a key or descriptor of it was handed out; Close then leaves
+	// the unmap to the context's release (see retiredMaps).
+	exposed atomic.Bool
+	retired *retiredMaps
 }
 
 func releaseMem(s *memState) {
+	if s.exposed.Load() {
+		s.retired.add(s.h, s.pin)
+		return
+	}
 	s.c.MemUnmap(s.h)
 	s.pin.Unpin()
+}
+
+// retiredMaps are the mappings whose key or descriptor was handed out,
+// closed but not unmapped: UCX cannot revoke a key, and a peer's put or
+// get served after the unmap made this process crash (SIGSEGV in the
+// serving worker's progress, UCX 1.18.1, every order of the close-order
+// test that closed such a mapping before its peer's endpoint). They are
+// unmapped, and unpinned, when their context is released: its workers are
+// gone by then, and nothing serves a peer any more.
+type retiredMaps struct {
+	mu   sync.Mutex
+	maps []memState
+}
+
+func (r *retiredMaps) add(h cgo.MemHandle, pin runtime.Pinner) {
+	r.mu.Lock()
+	r.maps = append(r.maps, memState{h: h, pin: pin})
+	r.mu.Unlock()
+}
+
+// unmapAll runs in the context's release.
+func (r *retiredMaps) unmapAll(c cgo.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.maps {
+		c.MemUnmap(r.maps[i].h)
+		r.maps[i].pin.Unpin()
+	}
+	r.maps = nil
 }
 
 func (m *Mem) collect() { m.res.Collect() }
@@ -145,7 +183,7 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 		return nil, e
 	}
 	m.addr, m.n = base, size
-	m.res.State.c, m.res.State.h = c.c, h
+	m.res.State.c, m.res.State.h, m.res.State.retired = c.c, h, c.retired
 	m.res.Init(c.res, releaseMem)
 	handle.Finalize(m, (*Mem).collect)
 	return m, nil
@@ -214,6 +252,7 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return dst, err
 	}
+	m.res.State.exposed.Store(true)
 	return b, nil
 }
 
@@ -240,11 +279,16 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return dst, err
 	}
+	m.res.State.exposed.Store(true)
 	return b, nil
 }
 
-// Close unmaps the memory once no operation in flight uses it; slices from
-// Bytes must not be used after it.
+// Close unmaps the memory once no operation in flight uses it, except that
+// a mapping whose key or descriptor was handed out (PackRemoteKey, Export)
+// keeps its memory, pin and registration until its context is released,
+// since UCX cannot revoke a key and a peer's late put or get would
+// otherwise crash this process. Slices from Bytes must not be used after
+// Close.
 func (m *Mem) Close() error {
 	handle.CloseFinalized(m, &m.res)
 	return nil

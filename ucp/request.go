@@ -5,7 +5,6 @@ import (
 	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -56,8 +55,8 @@ type inflight struct {
 	c    cgo.Request
 	pin  *runtime.Pinner // Go memory pinned for the operation, if any
 	uses [2]handle.Parent
-	// gets is the endpoint's count of gets in flight, for a get.
-	gets  *atomic.Int32
+	// gets is the endpoint's set of gets in flight, for a get.
+	gets  *getsInFlight
 	after func()
 }
 
@@ -102,9 +101,6 @@ func completedRequest(op string, st ucs.Status, n uint64) Request {
 // releaseHolds unpins and drops the references of a finished operation,
 // except the worker's.
 func (fl *inflight) releaseHolds() {
-	if fl.gets != nil {
-		fl.gets.Add(-1)
-	}
 	if fl.pin != nil {
 		unpin(fl.pin)
 	}
@@ -141,6 +137,9 @@ func (p *request) finishLocked() {
 	p.live = false
 	handle.Unfinalize(p)
 	st, n := fl.c.Result()
+	if fl.gets != nil {
+		fl.gets.remove(fl.c)
+	}
 	s := &fl.res.State
 	s.mu.Lock()
 	s.c.Release(fl.c, false)
@@ -273,7 +272,7 @@ func (p *request) handOverLocked() {
 	fl := p.fl
 	p.fl, p.live = inflight{}, false
 	handle.Unfinalize(p)
-	abandonTo(fl.res, fl.c, fl.releaseHolds)
+	abandonTo(fl.res, fl.c, fl.gets, fl.releaseHolds)
 }
 
 // Done reports whether Wait or Test has seen the request complete.
@@ -313,7 +312,7 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 			if r.Done() {
 				break
 			}
-			abandonTo(w.res, r, after)
+			abandonTo(w.res, r, nil, after)
 			return &ucs.Error{Op: op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting", Wrapped: ctx.Err()}
 		}
 	}

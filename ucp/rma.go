@@ -132,7 +132,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	if !put && r.P != nil {
 		fl := &req.p.fl
 		fl.gets = ep.res.State.gets
-		fl.gets.Add(1)
+		fl.gets.add(r)
 	}
 	return req, nil
 }

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 	"weak"
@@ -120,6 +119,7 @@ func releaseWorker(s *workerState) {
 
 type abandonedRequest struct {
 	r     cgo.Request
+	gets  *getsInFlight // a get's endpoint set, left before the release
 	after func()
 }
 
@@ -289,6 +289,9 @@ func (s *workerState) reapAbandoned() (reaped []abandonedRequest) {
 			kept = append(kept, a)
 			continue
 		}
+		if a.gets != nil {
+			a.gets.remove(a.r)
+		}
 		s.c.Release(a.r, false)
 		reaped = append(reaped, a)
 	}
@@ -302,10 +305,10 @@ func (s *workerState) reapAbandoned() (reaped []abandonedRequest) {
 // needs only the worker's state: a dropped request's cleanup calls it, and
 // its Worker may be gone. A closed worker is drained, so that nobody needs
 // to progress it.
-func abandonTo(res *handle.Resource[workerState], r cgo.Request, after func()) {
+func abandonTo(res *handle.Resource[workerState], r cgo.Request, gets *getsInFlight, after func()) {
 	s := &res.State
 	s.mu.Lock()
-	s.abandoned = append(s.abandoned, abandonedRequest{r, after})
+	s.abandoned = append(s.abandoned, abandonedRequest{r, gets, after})
 	s.mu.Unlock()
 	startDrain(res)
 }
@@ -432,7 +435,7 @@ type waitReady struct {
 	req        cgo.Request // P set: ready once it is done
 	listener   cgo.Listener
 	accept     bool          // ready once listener has a pending request
-	zero       *atomic.Int32 // non-nil: ready once it is 0
+	gets       *getsInFlight // ready once none is pending in UCX
 	// closing, if set, ends a spin once its Close starts (the worker's own
 	// Close always does), so that a long WithSpin cannot hold a Close up.
 	closing interface{ Closing() bool }
@@ -440,7 +443,7 @@ type waitReady struct {
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.zero != nil && r.zero.Load() == 0) ||
+	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.gets != nil && !r.gets.pending()) ||
 		(r.queue != nil && r.queue.ready())
 }
 
