@@ -26,7 +26,7 @@ if [ "${1:-}" = --inside ]; then
 			lib=/opt/ucx/$l/lib
 			[ -f "$lib/libucp.so.0" ] || { echo "FAIL no UCX $l libraries in $lib"; fail=1; return; }
 		fi
-		log=$(cd "$pkg" && LD_LIBRARY_PATH=$lib UCXGO_NEWCOMER_ROUNDS=${UCXGO_NEWCOMER_ROUNDS:-2} "$root/$out/$b/$pkg.test" -test.count=1 -test.timeout=10m 2>&1) || rc=$?
+		log=$(cd "$pkg" && LD_LIBRARY_PATH=$lib UCXGO_NEWCOMER_ROUNDS=${UCXGO_NEWCOMER_ROUNDS:-2} UCXGO_CLOSE_ORDERS=${UCXGO_CLOSE_ORDERS:-60} "$root/$out/$b/$pkg.test" -test.count=1 -test.timeout=10m 2>&1) || rc=$?
 		if [ $rc = 0 ]; then
 			echo "PASS $pkg built against $b, run on $l ($(tail -n1 <<<"$log"))"
 		else
