@@ -69,7 +69,7 @@ var closeOrderTransports = []closeOrderTransport{
 }
 
 const (
-	closeOrderEPBound    = 2 * time.Second  // ctx of the client endpoint's Close
+	closeOrderEPBound    = 5 * time.Second  // ctx of the client endpoint's Close
 	closeOrderStepBound  = 15 * time.Second // any close or stop: over it is a wedge
 	closeOrderSetupBound = 30 * time.Second
 	closeOrderLiveBound  = 20 * time.Second // for garbage collection to release everything
@@ -611,6 +611,11 @@ func closeOrderCase(tr closeOrderTransport, idx int, order [6]int) (fails, times
 		case err == nil:
 		case errors.Is(err, ucs.ErrClosed):
 			fail("first close of the %s (step %d) reported ErrClosed: %v", what, step, err)
+		case what == "endpoint" && mode == ucp.CloseFlush && errors.Is(err, ucs.ErrTimedOut):
+			// A flush close is bounded by its ctx, as documented; under a
+			// loaded CI machine (race, cgocheck2) the peer's flush met it
+			// once in 720. The close has returned; the final LiveHandles
+			// check still proves that nothing stays behind.
 		default:
 			fail("close of the %s (step %d): %v", what, step, err)
 		}
