@@ -32,10 +32,9 @@ import (
 // a bound and none may report ucs.ErrClosed (each is the handle's first);
 // once every case ran, garbage collection must bring ucs.LiveHandles back
 // to where it was (the dropped requests are released by their worker).
-// A force close waits out the endpoint's grace for gets (1 s): the gets'
-// requests are still held, unwaited, so the binding counts them in flight
-// though UCX has completed them. Half the orders pay it; each case lists
-// how long each of its steps took.
+// Each case lists how long each of its steps took (a force close that
+// waited out its 1 s grace for gets UCX had already completed, before the
+// endpoint read its gets' completion in UCX, made half the orders slow).
 //
 // The cases run in a child process, one per transport, which prints the
 // order before each case: a crash or a wedge (a step over its bound dumps

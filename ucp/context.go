@@ -32,9 +32,10 @@ const (
 type ContextOption func(*contextOptions)
 
 type contextOptions struct {
-	features Feature
-	config   []string
-	name     string
+	features   Feature
+	config     []string
+	name       string
+	quarantine int
 }
 
 // WithFeatures sets the features (default RMA and AM). FeatureWakeup is
@@ -48,6 +49,18 @@ func WithFeatures(f Feature) ContextOption {
 func WithConfig(name, value string) ContextOption {
 	return func(o *contextOptions) { o.config = append(o.config, name, value) }
 }
+
+// WithUnmapQuarantine sets how many bytes of closed mappings whose keys
+// were handed out the context keeps mapped (see Mem.Close), oldest
+// unmapped first; 0 unmaps at once, which a peer's late operation can
+// make crash. Default DefaultUnmapQuarantine.
+func WithUnmapQuarantine(bytes int) ContextOption {
+	return func(o *contextOptions) { o.quarantine = max(bytes, 0) }
+}
+
+// DefaultUnmapQuarantine is a context's unmap quarantine unless
+// WithUnmapQuarantine says otherwise.
+const DefaultUnmapQuarantine = 64 << 20
 
 // WithName names the context in UCX's logs.
 func WithName(name string) ContextOption {
@@ -68,7 +81,7 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 	if err := ucs.CheckVersion(); err != nil {
 		return nil, err
 	}
-	o := contextOptions{features: FeatureRMA | FeatureAM, name: "ucx-go"}
+	o := contextOptions{features: FeatureRMA | FeatureAM, name: "ucx-go", quarantine: DefaultUnmapQuarantine}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -81,10 +94,10 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 		}
 		return nil, e
 	}
-	retired := new(retiredMaps)
+	retired := &retiredMaps{c: c, budget: o.quarantine}
 	ctx := &Context{c: c, features: o.features, config: o.config, retired: retired}
 	ctx.res = handle.New(nil, func(c *cgo.Context) {
-		retired.unmapAll(*c)
+		retired.unmapAll()
 		c.Cleanup()
 	}, c)
 	handle.Track(ctx, ctx.res)

@@ -66,11 +66,12 @@ type memState struct {
 	// the unmap to the context's release (see retiredMaps).
 	exposed atomic.Bool
 	retired *retiredMaps
+	n       int // length, for the quarantine's budget
 }
 
 func releaseMem(s *memState) {
 	if s.exposed.Load() {
-		s.retired.add(s.h, s.pin)
+		s.retired.add(s)
 		return
 	}
 	s.c.MemUnmap(s.h)
@@ -78,32 +79,55 @@ func releaseMem(s *memState) {
 }
 
 // retiredMaps are the mappings whose key or descriptor was handed out,
-// closed but not unmapped: UCX cannot revoke a key, and a peer's put or
+// closed but not yet unmapped: UCX cannot revoke a key, and a peer's put or
 // get served after the unmap made this process crash (SIGSEGV in the
-// serving worker's progress, UCX 1.18.1, every order of the close-order
-// test that closed such a mapping before its peer's endpoint). They are
-// unmapped, and unpinned, when their context is released: its workers are
-// gone by then, and nothing serves a peer any more.
+// serving worker's progress, UCX 1.18.1, in the close-order test's orders
+// that closed such a mapping before its peer's endpoint). They are
+// unmapped, and unpinned, oldest first once they hold more than the
+// context's quarantine (WithUnmapQuarantine), and all when the context is
+// released (its workers are gone then, and nothing serves a peer).
 type retiredMaps struct {
-	mu   sync.Mutex
-	maps []memState
+	mu     sync.Mutex
+	c      cgo.Context
+	maps   []retiredMap
+	bytes  int
+	budget int
+	done   bool // the context was released
 }
 
-func (r *retiredMaps) add(h cgo.MemHandle, pin runtime.Pinner) {
+type retiredMap struct {
+	h   cgo.MemHandle
+	pin runtime.Pinner
+	n   int
+}
+
+func (r *retiredMaps) add(s *memState) {
 	r.mu.Lock()
-	r.maps = append(r.maps, memState{h: h, pin: pin})
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if r.done { // cannot happen: a mapping holds its context
+		return
+	}
+	r.maps = append(r.maps, retiredMap{s.h, s.pin, s.n})
+	r.bytes += s.n
+	for r.bytes > r.budget && len(r.maps) > 0 {
+		old := &r.maps[0]
+		r.c.MemUnmap(old.h)
+		old.pin.Unpin()
+		r.bytes -= old.n
+		r.maps[0] = retiredMap{}
+		r.maps = r.maps[1:]
+	}
 }
 
 // unmapAll runs in the context's release.
-func (r *retiredMaps) unmapAll(c cgo.Context) {
+func (r *retiredMaps) unmapAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range r.maps {
-		c.MemUnmap(r.maps[i].h)
+		r.c.MemUnmap(r.maps[i].h)
 		r.maps[i].pin.Unpin()
 	}
-	r.maps = nil
+	r.maps, r.bytes, r.done = nil, 0, true
 }
 
 func (m *Mem) collect() { m.res.Collect() }
@@ -183,7 +207,7 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 		return nil, e
 	}
 	m.addr, m.n = base, size
-	m.res.State.c, m.res.State.h, m.res.State.retired = c.c, h, c.retired
+	m.res.State.c, m.res.State.h, m.res.State.retired, m.res.State.n = c.c, h, c.retired, int(size)
 	m.res.Init(c.res, releaseMem)
 	handle.Finalize(m, (*Mem).collect)
 	return m, nil
@@ -285,10 +309,11 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 
 // Close unmaps the memory once no operation in flight uses it, except that
 // a mapping whose key or descriptor was handed out (PackRemoteKey, Export)
-// keeps its memory, pin and registration until its context is released,
-// since UCX cannot revoke a key and a peer's late put or get would
-// otherwise crash this process. Slices from Bytes must not be used after
-// Close.
+// keeps its memory, pin and registration in its context's quarantine
+// (WithUnmapQuarantine, default DefaultUnmapQuarantine bytes, oldest
+// unmapped first) or until the context is released: UCX cannot revoke a
+// key, and a peer's put or get served from unmapped memory would crash this
+// process. Slices from Bytes must not be used after Close.
 func (m *Mem) Close() error {
 	handle.CloseFinalized(m, &m.res)
 	return nil

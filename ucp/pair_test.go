@@ -20,9 +20,9 @@ type pair struct {
 	ep, back       *ucp.Endpoint
 }
 
-func newPair(t *testing.T, tls string, peerErr bool) *pair {
+func newPair(t *testing.T, tls string, peerErr bool, opts ...ucp.ContextOption) *pair {
 	t.Helper()
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tls))
+	ctx, err := ucp.NewContext(append([]ucp.ContextOption{ucp.WithConfig("TLS", tls)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { ctx.Close() })
 	p := &pair{ctx: ctx}
