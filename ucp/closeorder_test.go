@@ -198,6 +198,7 @@ type closeOrderReport struct {
 	started  int // last case started, -1 if none
 	finished map[int]bool
 	fails    []string // "FAIL" lines
+	leaks    []string // "LEAK" lines, after the child's last order
 	ok       int
 	end      bool
 }
@@ -224,6 +225,8 @@ func parseCloseOrderOutput(out []byte) closeOrderReport {
 		case "FAIL":
 			r.fails = append(r.fails, rest)
 			r.finished[idx] = true
+		case "LEAK":
+			r.leaks = append(r.leaks, rest)
 		case "end":
 			r.end = true
 		}
@@ -304,11 +307,14 @@ func closeOrdersParent(t *testing.T, tr closeOrderTransport, perms [][6]int, idx
 			i, _ := strconv.Atoi(strings.TrimSuffix(strings.Fields(f)[0], ":"))
 			t.Errorf("%s order #%d [%s] close endpoint %s: %s", tr.name, i, closeOrderString(perms[i]), closeModeString(closeOrderMode(tr, i)), f)
 		}
+		for _, l := range r.leaks {
+			t.Errorf("%s: after orders %d to %d (one child): %s", tr.name, remaining[0], remaining[len(remaining)-1], l)
+		}
 		if r.end {
 			if r.ok+len(r.fails) < len(remaining) {
 				t.Errorf("%s: child reported %d of its %d orders:\n%s", tr.name, r.ok+len(r.fails), len(remaining), closeOrderTail(out))
 			}
-			if err != nil && len(r.fails) == 0 {
+			if err != nil && len(r.fails) == 0 && len(r.leaks) == 0 {
 				t.Errorf("%s: child ended all its orders but exited with %v:\n%s", tr.name, err, closeOrderTail(out))
 			}
 			break
@@ -353,12 +359,17 @@ func closeOrdersParent(t *testing.T, tr closeOrderTransport, perms [][6]int, idx
 }
 
 // closeOrderBound runs f; if f has not returned within d, it prints what
-// was running and every goroutine, and exits the child: a wedge.
+// was running and every goroutine, and exits the child: a wedge. With
+// UCXGO_CLOSE_ORDER_HOLD set the child stays wedged instead, for a
+// debugger to attach to the pid it printed.
 func closeOrderBound(what string, d time.Duration, f func()) {
 	timer := time.AfterFunc(d, func() {
 		buf := make([]byte, 4<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		fmt.Printf("closeorder: WEDGED %s: not done after %v\n%s\n", what, d, buf)
+		fmt.Printf("closeorder: WEDGED %s: not done after %v (pid %d)\n%s\n", what, d, os.Getpid(), buf)
+		if os.Getenv("UCXGO_CLOSE_ORDER_HOLD") != "" {
+			select {}
+		}
 		os.Exit(3)
 	})
 	defer timer.Stop()
@@ -387,8 +398,16 @@ func closeOrdersChild(t *testing.T, spec string) {
 	for _, idx := range idxs {
 		fmt.Printf("closeorder: start %d %s [%s] close endpoint %s\n", idx, tr.name, closeOrderString(perms[idx]), closeModeString(closeOrderMode(tr, idx)))
 		fails, times := closeOrderCase(tr, idx, perms[idx])
+		if len(fails) == 1 && strings.HasPrefix(fails[0], "setup:") {
+			// Connecting is not what this test checks, and once in 720 a
+			// listener connection of UCX 1.23.0~rc1 was not established
+			// within 20 s on a loaded CI machine: the order is run again,
+			// once, on a fresh context, and the first failure is printed.
+			fmt.Printf("closeorder: order #%d: setup retried after: %s\n", idx, fails[0])
+			fails, times = closeOrderCase(tr, idx, perms[idx])
+		}
 		if len(fails) == 0 {
-			fmt.Printf("closeorder: ok %d (%s)\n", idx, strings.Join(times, ", "))
+			fmt.Printf("closeorder: ok %d (%s; live handles %d, goroutines %d)\n", idx, strings.Join(times, ", "), ucs.LiveHandles(), runtime.NumGoroutine())
 			continue
 		}
 		msg := strings.Join(fails, "; ")
@@ -403,7 +422,7 @@ func closeOrdersChild(t *testing.T, spec string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if n := ucs.LiveHandles(); n != base {
-		fmt.Printf("closeorder: FAIL %d: %d UCX objects still live %v after the last order (%d before the first)\n", idxs[len(idxs)-1], n-base, closeOrderLiveBound, base)
+		fmt.Printf("closeorder: LEAK %d UCX objects still live %v after the last order (%d before the first)\n", n-base, closeOrderLiveBound, base)
 		t.Errorf("%d UCX objects still live after the last order", n-base)
 	}
 	fmt.Printf("closeorder: end\n")
@@ -482,7 +501,9 @@ func closeOrderCase(tr closeOrderTransport, idx int, order [6]int) (fails, times
 	var setupErr error
 	bound("setup", "setup", closeOrderSetupBound, func() {
 		setupErr = func() (err error) {
-			sctx, cancel := context.WithTimeout(context.Background(), closeOrderSetupBound)
+			// Shorter than the wedge bound: a connection UCX does not
+			// establish ends as a setup error, not as a wedge.
+			sctx, cancel := context.WithTimeout(context.Background(), closeOrderSetupBound*2/3)
 			defer cancel()
 			if ctx, err = ucp.NewContext(ucp.WithConfig("TLS", tr.tls)); err != nil {
 				ctx = nil
