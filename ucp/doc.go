@@ -9,7 +9,7 @@
 //	desc, err := mem.Export() // ucs.ErrUnsupported where no MD can export
 //	...
 //	d, err := ucp.ParseDescriptor(desc) // validated in Go first
-//	host, err := ctx.Import(d)
+//	host, err := uctx.Import(d) // uctx a *Context; ctx a context.Context
 //	region, err := w.LocalRegion(ctx, host) // the host's memory, by offset
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
