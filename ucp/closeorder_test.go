@@ -402,7 +402,7 @@ func closeOrdersChild(t *testing.T, spec string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := settleCloseOrderHandles()
+	base := settleHandles()
 	start := time.Now()
 	for _, idx := range idxs {
 		// Collect every few cases: each case leaves its client worker,
@@ -466,21 +466,6 @@ func closeOrdersChild(t *testing.T, spec string) {
 		}
 	}
 	fmt.Printf("closeorder: end\n")
-}
-
-// settleCloseOrderHandles collects garbage until LiveHandles is stable.
-func settleCloseOrderHandles() int64 {
-	last := ucs.LiveHandles()
-	for range 50 {
-		runtime.GC()
-		time.Sleep(5 * time.Millisecond)
-		n := ucs.LiveHandles()
-		if n == last {
-			return n
-		}
-		last = n
-	}
-	return last
 }
 
 // closeOrderCase sets up, issues the puts and gets, closes in order and
