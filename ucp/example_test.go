@@ -240,6 +240,12 @@ func ExampleAMQueue() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The sender's worker is progressed by Run: a send it does not wait
+	// for completes only in its worker's progress.
+	run, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- client.Run(run) }()
+	defer func() { stop(); <-ran }()
 	ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
 	if err != nil {
 		log.Fatal(err)
@@ -249,7 +255,7 @@ func ExampleAMQueue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	req.Detach() // the sender does not wait for it
+	req.Detach() // the sender does not wait for it; Run completes it
 
 	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

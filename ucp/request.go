@@ -247,7 +247,9 @@ func (r Request) Wait(ctx context.Context) error {
 
 // Detach gives the operation to its worker, which releases it when UCX
 // completes it: for a request nobody will wait for (a send whose outcome
-// does not matter). Every copy then reports an error wrapping
+// does not matter). UCX completes it only while the worker is progressed
+// (Run, a Wait, another operation's wait) or after the worker's Close,
+// which drains it. Every copy then reports an error wrapping
 // ucs.ErrCanceled from Wait, and Done stays false. Detaching a done
 // request does nothing.
 func (r Request) Detach() {
