@@ -405,15 +405,6 @@ func closeOrdersChild(t *testing.T, spec string) {
 	base := settleHandles()
 	start := time.Now()
 	for _, idx := range idxs {
-		// Collect every few cases: each case leaves its client worker,
-		// context and key to the collector (its requests are dropped, not
-		// waited for), and ~270 of them released by one collection stalled
-		// the process for up to 23 s on UCX's global memory-event lock (shm;
-		// gdb: ucp_cleanup and munmap hooks). The binding should release
-		// them one at a time; until it does, the test keeps batches small.
-		if n := len(idxs); n > 0 && idx%8 == 0 {
-			runtime.GC()
-		}
 		fmt.Printf("closeorder: start %d %s [%s] close endpoint %s\n", idx, tr.name, closeOrderString(perms[idx]), closeModeString(closeOrderMode(tr, idx)))
 		fails, times := closeOrderCase(tr, idx, perms[idx])
 		if len(fails) == 1 && strings.HasPrefix(fails[0], "setup:") {

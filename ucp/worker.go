@@ -107,9 +107,10 @@ type workerState struct {
 	c   cgo.Worker
 	efd *os.File
 
-	mu        sync.Mutex         // serializes every UCX call on the worker
-	abandoned []abandonedRequest // requests whose waiters gave up; see Worker.abandon
-	draining  bool               // a drain goroutine progresses the closed worker
+	mu         sync.Mutex         // serializes every UCX call on the worker
+	abandoned  []abandonedRequest // requests whose waiters gave up; see Worker.abandon
+	draining   bool               // the drainer progresses the closed worker
+	drainUntil time.Time          // when the drainer gives up on it
 }
 
 func releaseWorker(s *workerState) {
@@ -326,20 +327,29 @@ func collectWorker(r *handle.Resource[workerState]) {
 	r.Release()
 }
 
-// startDrain starts the drain of a closed worker with abandoned requests,
-// unless one runs. The caller holds a reference (the UCX worker is alive);
-// the drain takes its own.
+// startDrain hands a closed worker with abandoned requests to the
+// process's drainer, unless it has it. The caller holds a reference (the
+// UCX worker is alive); the drainer takes its own.
 func startDrain(r *handle.Resource[workerState]) {
 	s := &r.State
 	s.mu.Lock()
 	start := r.Closed() && !s.draining && len(s.abandoned) > 0
 	if start {
 		s.draining = true
+		s.drainUntil = time.Now().Add(drainTimeout)
 		r.Ref()
 	}
 	s.mu.Unlock()
-	if start {
-		go drain(r)
+	if !start {
+		return
+	}
+	drainer.mu.Lock()
+	drainer.workers[r] = struct{}{}
+	run := !drainer.running
+	drainer.running = true
+	drainer.mu.Unlock()
+	if run {
+		go drainAll()
 	}
 }
 
@@ -347,40 +357,77 @@ func startDrain(r *handle.Resource[workerState]) {
 // abandoned to it.
 const drainTimeout = 30 * time.Second
 
-// drainPoll is how often drain progresses: it works from the worker's
-// state alone (the Worker may be collected), so it has no event-fd sleep.
+// drainPoll is how often the drainer progresses: it works from the workers'
+// state alone (a Worker may be collected), so it has no event-fd sleep.
 const drainPoll = time.Millisecond
 
-// drain progresses a closed worker until the requests abandoned to it are
-// done. After Close nobody else progresses it, yet UCX completes requests
-// (and endpoint closes) only in progress: without it a request whose
-// waiter gave up would keep the worker, its context and what the request
-// uses alive for good. A request that does not complete within
+// drainer progresses closed workers until the requests abandoned to them
+// are done. After Close nobody else progresses a worker, yet UCX completes
+// requests (and endpoint closes) only in progress: without it a request
+// whose waiter gave up would keep the worker, its context and what the
+// request uses alive for good. A request that does not complete within
 // drainTimeout (its peer neither answers nor fails) stays with the worker,
-// which then stays too. startDrain set draining and took a reference.
-func drain(r *handle.Resource[workerState]) {
-	defer r.Release()
-	s := &r.State
-	deadline := time.Now().Add(drainTimeout)
+// which then stays too.
+//
+// One goroutine drains every worker of the process, so the releases that
+// follow (ucp_worker_destroy, then ucp_cleanup of the last worker's
+// context) run one at a time: a collection that left ~270 workers to as
+// many drain goroutines stalled a process up to 23 s, their threads
+// contending on UCX's global memory-event lock (UCX 1.18.1, shm).
+var drainer = struct {
+	mu      sync.Mutex
+	workers map[*handle.Resource[workerState]]struct{}
+	running bool
+}{workers: map[*handle.Resource[workerState]]struct{}{}}
+
+func drainAll() {
+	var batch []*handle.Resource[workerState]
 	for {
-		s.mu.Lock()
-		s.c.Progress()
-		reaped := s.reapAbandoned()
-		done := len(s.abandoned) == 0 || time.Now().After(deadline)
-		if done {
-			s.draining = false
-		}
-		s.mu.Unlock()
-		for _, a := range reaped {
-			if a.after != nil {
-				a.after()
-			}
-			r.Release()
-		}
-		if done {
+		drainer.mu.Lock()
+		if len(drainer.workers) == 0 {
+			drainer.running = false
+			drainer.mu.Unlock()
 			return
 		}
+		batch = batch[:0]
+		for r := range drainer.workers {
+			batch = append(batch, r)
+		}
+		drainer.mu.Unlock()
+		for _, r := range batch {
+			drainOnce(r)
+		}
+		clear(batch)
 		time.Sleep(drainPoll)
+	}
+}
+
+// drainOnce progresses one worker once and releases what completed; a
+// worker with nothing left (or past its deadline) leaves the drainer and
+// drops the drainer's reference, which may release it.
+func drainOnce(r *handle.Resource[workerState]) {
+	s := &r.State
+	s.mu.Lock()
+	s.c.Progress()
+	reaped := s.reapAbandoned()
+	done := len(s.abandoned) == 0 || time.Now().After(s.drainUntil)
+	if done {
+		// Left with draining, under s.mu: a startDrain after this adds
+		// the worker again.
+		s.draining = false
+		drainer.mu.Lock()
+		delete(drainer.workers, r)
+		drainer.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, a := range reaped {
+		if a.after != nil {
+			a.after()
+		}
+		r.Release()
+	}
+	if done {
+		r.Release()
 	}
 }
 
