@@ -35,9 +35,10 @@ var rkeyPadding = func() (p [255]byte) {
 
 // rkeyLocal is what checkRkey needs from this machine's memory domains.
 type rkeyLocal struct {
-	maxRkey  int  // largest rkey_packed_size: no local reader takes more (posix: plus a string)
-	posix    bool // a posix MD exists, whose reader asserts on a zero length
-	sysvSize int  // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
+	maxRkey  int       // largest rkey_packed_size: no local reader takes more (posix: plus a string)
+	posix    bool      // a posix MD exists, whose reader asserts on a zero length
+	sysvSize int       // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
+	packs    [256]bool // the rkey_packed_size of each local MD
 }
 
 var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
@@ -51,6 +52,9 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 			continue
 		}
 		l.maxRkey = max(l.maxRkey, r.Attr.RkeyPackedSize)
+		if n := r.Attr.RkeyPackedSize; n < len(l.packs) {
+			l.packs[n] = true
+		}
 		l.posix = l.posix || r.Component == "posix"
 		if r.Component == "sysv" {
 			l.sysvSize = r.Attr.RkeyPackedSize
@@ -102,6 +106,9 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 	out = append(out, b[:wire.RkeyHeaderSize]...)
 	mdMap := binary.LittleEndian.Uint64(b)
 	tail, err := walkRkey(b, func(i, md int, key []byte) error {
+		if !wire.RkeyPartSizePacked(len(key)) && !local.packs[len(key)] {
+			return rkeyError("key %d (memory domain %d) is %d bytes, a size no UCX transport packs: a damaged size byte, which would move the parts after it onto other readers", i, md, len(key))
+		}
 		if local.posix && len(key) >= wire.PosixRkeyFixed && allZero(key[wire.PosixLengthOffset:wire.PosixRkeyFixed]) {
 			return rkeyError("key %d: zero where a posix reader takes its segment length (UCX asserts on it)", i)
 		}

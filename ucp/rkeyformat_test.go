@@ -176,6 +176,24 @@ func TestCheckRkeyPosixLength(t *testing.T) {
 	assert.Contains(t, err.Error(), "key 2: zero where a posix reader takes its segment length")
 }
 
+// The size bytes are a packed key's only framing: a part of a size no
+// component packs is refused, since the walk that found it has shifted
+// later parts onto other readers (a 0 turned 8 gave the System V reader a
+// 4-byte part and UCX a SIGSEGV).
+func TestCheckRkeyRefusesUnpackedSizes(t *testing.T) {
+	key := append(make([]byte, 0, 32), 0x3, 0, 0, 0, 0, 0, 0, 0, byte(ucs.MemoryHost))
+	key = append(key, 4, 1, 2, 3, 4, 0)
+	err := checkRkeyInPlace(&key)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Contains(t, err.Error(), "key 0 (memory domain 0) is 4 bytes, a size no UCX transport packs")
+	for _, n := range []int{0, 8, 12, 14, 16, 24, 40} {
+		assert.True(t, wire.RkeyPartSizePacked(n), "size %d", n)
+	}
+	for _, n := range []int{1, 4, 7, 9, 13, 15, 17, 23} {
+		assert.False(t, wire.RkeyPartSizePacked(n), "size %d", n)
+	}
+}
+
 func TestSanitizedRkeyLayout(t *testing.T) {
 	local, err := rkeyLocalInfo()
 	require.NoError(t, err)

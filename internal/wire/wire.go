@@ -69,6 +69,21 @@ const (
 	fp8MaxExponent  = 13
 )
 
+// RkeyPartSizePacked reports whether some UCT component of UCX 1.16 to
+// 1.23 packs an rkey of n bytes (rkey_packed_size in their sources): 0
+// (tcp, cma, self up to 1.18), 8 (verbs), 12 (sysv), 14 (gga), 16 (knem,
+// rocm copy), 24 and more (posix with its directory, xpmem, cuda, ugni).
+// The size bytes are the only framing of a packed rkey: a damaged one
+// moves the parts after it onto other readers, and such a walk shows a
+// size no component packs unless the damage cancels out.
+func RkeyPartSizePacked(n int) bool {
+	switch n {
+	case 0, 8, 12, 14, 16:
+		return true
+	}
+	return n >= 24
+}
+
 // FormatError is a packed key that does not follow the format.
 type FormatError struct{ Reason string }
 
