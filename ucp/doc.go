@@ -13,12 +13,14 @@
 //	region, err := w.LocalRegion(ctx, host) // the host's memory, by offset
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
-// same program falls back to Mem.PackRemoteKey, Endpoint.UnpackRemoteKey
-// and RemoteKey.Region. A key may be unpacked at once after Connect or
-// Listener.Accept: UnpackRemoteKey waits (within its ctx) for the
-// endpoint's wire-up first. A RemoteRegion checks offsets against its
-// length before anything reaches UCX, and is an io.ReaderAt and
-// io.WriterAt.
+// same program falls back to Mem.PackRegion (the mapping's address,
+// length and remote key) and Endpoint.UnpackRegion. A region may be
+// unpacked at once after Connect or Listener.Accept: UnpackRegion waits
+// (within its ctx) for the endpoint's wire-up first. A RemoteRegion checks
+// offsets against its length before anything reaches UCX, and is an
+// io.ReaderAt and io.WriterAt. (Mem.PackRemoteKey and
+// Endpoint.UnpackRemoteKey move UCX's bare key, which has no length: its
+// regions' bounds are then the caller's word, see RemoteKey.Region.)
 //
 // # UCX releases
 //

@@ -132,10 +132,10 @@ func ExampleWithSpin() {
 }
 
 // The DPU side in rkey mode, as a newcomer writes it: connect to the host's
-// listener, unpack its key at once, and use its memory as a region with
-// offsets. (Both sides run in this process here; the host's address,
-// length and key would arrive in a message.)
-func ExampleRemoteKey_Region() {
+// listener, unpack the host's packed region (its address, length and key)
+// at once, and use its memory with offsets. (Both sides run in this
+// process here; the packed region would arrive in a message.)
+func ExampleEndpoint_UnpackRegion() {
 	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
 	if err != nil {
 		log.Fatal(err)
@@ -165,7 +165,7 @@ func ExampleRemoteKey_Region() {
 		}
 		accepted <- ep
 	}()
-	key, err := mem.PackRemoteKey()
+	packed, err := mem.PackRegion()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -191,15 +191,11 @@ func ExampleRemoteKey_Region() {
 	defer func() { (<-accepted).Close(wait, ucp.CloseFlush) }()
 	defer ep.Close(wait, ucp.CloseFlush)
 
-	rkey, err := ep.UnpackRemoteKey(wait, key)
+	region, err := ep.UnpackRegion(wait, packed)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer rkey.Close()
-	region, err := rkey.Region(mem.Address(), mem.Len())
-	if err != nil {
-		log.Fatal(err)
-	}
+	defer region.Key().Close()
 	if _, err := region.WriteAtContext(wait, []byte("written by the DPU"), 1000); err != nil {
 		log.Fatal(err)
 	}

@@ -339,6 +339,12 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 type RemoteKey struct {
 	res handle.Resource[rkeyState] // embedded: a key is one allocation
 	ep  *Endpoint                  // for Region; holds no UCX reference
+
+	// The peer's mapping, for a key from UnpackRegion (set before the key
+	// is returned, read-only after).
+	bounded bool
+	base    uint64
+	n       int
 }
 
 // rkeyState holds the worker's state, not the Worker: a request abandoned

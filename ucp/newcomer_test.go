@@ -298,4 +298,3 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	runWorker(t, server) // the peer answers: the get and the close finish
 	assert.NoError(t, req.Wait(waitCtx(t)), "the get completes once the peer progresses")
 }
-

@@ -3,7 +3,9 @@ package ucp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
+	"math"
 
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucs"
@@ -27,12 +29,67 @@ type RemoteRegion struct {
 }
 
 // Region is the length bytes at base (the peer's address, e.g. its
-// Mem.Address) that the key gives access to.
+// Mem.Address) that the key gives access to. For a key from UnpackRegion
+// a range outside the peer's mapping is refused (ucs.ErrOutOfRange); a key
+// from UnpackRemoteKey carries no bounds (UCX keys have no length), so
+// there base and length are the caller's word, and a region past the
+// peer's mapping makes the peer's UCX serve the access from whatever lies
+// beyond it (over tcp and shared memory nothing checks: the peer reads or
+// writes other memory, or crashes). Send a region with Mem.PackRegion
+// where you can.
 func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
+	const op = "ucp: remote region"
 	if length < 0 || base+uint64(length) < base {
-		return RemoteRegion{}, errs.New("ucp: remote region", ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
+		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
+	}
+	if rk.bounded && (base < rk.base || base+uint64(length) > rk.base+uint64(rk.n)) {
+		return RemoteRegion{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
 	}
 	return RemoteRegion{rk, base, length}, nil
+}
+
+// Key is the remote key the region is reached through: close it when done
+// with the region (and every region sliced from it).
+func (r RemoteRegion) Key() *RemoteKey { return r.key }
+
+// The packed region of Mem.PackRegion: a magic, the mapping's address and
+// length (u64 each, little endian), then its packed remote key.
+const (
+	regionMagic      = "UCXr"
+	regionHeaderSize = len(regionMagic) + 16
+)
+
+// PackRegion packs the mapping's address, length and remote key, which
+// travel together, for the peer's Endpoint.UnpackRegion: the peer then
+// cannot name a range outside the mapping by mistake.
+func (m *Mem) PackRegion() ([]byte, error) {
+	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64)))
+	copy(b, regionMagic)
+	binary.LittleEndian.PutUint64(b[len(regionMagic):], m.Address())
+	binary.LittleEndian.PutUint64(b[len(regionMagic)+8:], uint64(m.Len()))
+	return m.AppendRemoteKey(b)
+}
+
+// UnpackRegion unpacks a region packed by the peer's Mem.PackRegion on
+// this endpoint (as UnpackRemoteKey does its key) and returns the whole
+// mapping as a region; its key refuses regions outside the mapping. Close
+// the region's Key when done.
+func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegion, error) {
+	const op = "ucp: unpack region"
+	if len(packed) < regionHeaderSize || string(packed[:len(regionMagic)]) != regionMagic {
+		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a packed region (Mem.PackRegion)", len(packed))
+	}
+	base := binary.LittleEndian.Uint64(packed[len(regionMagic):])
+	n := binary.LittleEndian.Uint64(packed[len(regionMagic)+8:])
+	if n > math.MaxInt || base+n < base {
+		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", n, base)
+	}
+	rk, err := ep.UnpackRemoteKey(ctx, packed[regionHeaderSize:])
+	if err != nil {
+		return RemoteRegion{}, err
+	}
+	rk.bounded, rk.base, rk.n = true, base, int(n)
+	return RemoteRegion{rk, base, int(n)}, nil
 }
 
 // Base is the region's address in the peer.

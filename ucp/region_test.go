@@ -13,24 +13,46 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// The newcomer's region: connect through a listener, unpack the peer's key
-// at once, and use the peer's memory as an io.ReaderAt / io.WriterAt with
-// offsets, never addresses.
+// The newcomer's region: connect through a listener, unpack the peer's
+// packed region at once, and use the peer's memory as an io.ReaderAt /
+// io.WriterAt with offsets, never addresses.
 func TestRemoteRegionReadWriteAt(t *testing.T) {
 	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
 	runWorker(t, p.server)
 	target, err := p.ctx.Allocate(1 << 16)
 	require.NoError(t, err)
 	defer target.Close()
-	packed, err := target.PackRemoteKey()
+	packed, err := target.PackRegion()
 	require.NoError(t, err)
 
-	key, err := p.cep.UnpackRemoteKey(waitCtx(t), packed)
+	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
 	require.NoError(t, err)
+	key := region.Key()
 	defer key.Close()
-	region, err := key.Region(target.Address(), target.Len())
-	require.NoError(t, err)
 	assert.Equal(t, target.Len(), region.Len())
+	assert.Equal(t, target.Address(), region.Base())
+
+	// The key knows the peer's mapping: a region past it is refused (a
+	// 1 GiB region on a 64 KiB mapping made the peer read other memory
+	// and crash, over tcp).
+	_, err = key.Region(target.Address(), 1<<30)
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	assert.Contains(t, err.Error(), "outside the peer's 65536-byte mapping")
+	_, err = key.Region(target.Address()-1, 8)
+	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	inner, err := key.Region(target.Address()+4096, 4096)
+	require.NoError(t, err)
+	assert.Equal(t, 4096, inner.Len())
+
+	// Damaged region bytes are a Go error before UCX sees any.
+	for _, bad := range [][]byte{nil, packed[:10], append([]byte("XXXX"), packed[4:]...)} {
+		_, err := p.cep.UnpackRegion(waitCtx(t), bad)
+		require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	}
+	wrapped := bytes.Clone(packed)
+	copy(wrapped[12:20], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	_, err = p.cep.UnpackRegion(waitCtx(t), wrapped)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam, "a length that wraps the address space")
 
 	msg := []byte("hello, remote memory")
 	n, err := region.WriteAt(msg, 100)
