@@ -310,7 +310,9 @@ type ConnRequest struct {
 
 // Accept waits for the next connection (bounded by ctx) and accepts it:
 // the common case. AcceptRequest is for a server that looks at the client
-// first and may reject it. Both progress the listener's worker meanwhile.
+// first and may reject it. Both progress the listener's worker meanwhile,
+// and the Close of the listener or of its worker ends their wait with an
+// error wrapping ucs.ErrClosed.
 func (l *Listener) Accept(ctx context.Context, opts ...EndpointOption) (*Endpoint, error) {
 	cr, err := l.AcceptRequest(ctx)
 	if err != nil {
@@ -337,10 +339,15 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 			l.res.Exit()
 			return cr, nil
 		}
-		err := l.w.waitFor(ctx, waitReady{op: op, listener: l.c, accept: true, closing: l.res})
+		// The worker's Close ends the wait too: nothing progresses a closed
+		// worker for its listener, so no request would come.
+		err := l.w.waitFor(ctx, waitReady{op: op, listener: l.c, accept: true, closing: l.res, endOnClose: true})
 		l.res.Exit()
 		if err != nil {
 			return nil, err
+		}
+		if l.w.res.Closing() {
+			return nil, errs.New(op, ucs.ErrClosed, "the listener's worker was closed")
 		}
 	}
 }
@@ -364,7 +371,7 @@ func releaseConn(s *connState) {
 
 // Close stops listening.
 func (l *Listener) Close() error {
-	l.res.Close()
+	l.res.CloseWaking(l.w.signal) // an Accept asleep on the worker ends now
 	return nil
 }
 

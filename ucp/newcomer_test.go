@@ -242,6 +242,40 @@ func TestCloseWhileRunSleeps(t *testing.T) {
 	}
 }
 
+// TestCloseWakesAccept: an Accept without a deadline ends with ucs.ErrClosed
+// when its listener or its worker is closed (the worker's Close left it
+// asleep for good: nothing progresses a closed worker for its listener).
+func TestCloseWakesAccept(t *testing.T) {
+	for _, closeWorker := range []bool{false, true} {
+		ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+		w, err := ctx.NewWorker()
+		require.NoError(t, err)
+		l, err := w.Listen("127.0.0.1:0")
+		require.NoError(t, err)
+		accepted := make(chan error, 1)
+		go func() {
+			_, err := l.Accept(context.Background())
+			accepted <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // Accept is asleep by now
+		if closeWorker {
+			require.NoError(t, w.Close())
+		} else {
+			require.NoError(t, l.Close())
+		}
+		select {
+		case err := <-accepted:
+			require.ErrorIs(t, err, ucs.ErrClosed, "worker closed: %v", closeWorker)
+			assert.Contains(t, err.Error(), "ucp: accept on listener")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Accept did not end after Close (worker closed: %v)", closeWorker)
+		}
+		require.NoError(t, l.Close())
+		require.NoError(t, w.Close())
+		require.NoError(t, ctx.Close())
+	}
+}
+
 // TestAcceptTimeoutNamesAccept: the error of an Accept that times out names
 // Accept and its listener, not an internal wait (issue 12, item 5).
 func TestAcceptTimeoutNamesAccept(t *testing.T) {

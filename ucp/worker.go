@@ -569,9 +569,10 @@ func (w *Worker) signal() {
 }
 
 // Close closes the worker; its UCX object goes when its endpoints,
-// listeners and requests are done too. A Run or Wait on the worker wakes
-// at once and returns an error wrapping ucs.ErrClosed; requests, flushes and
-// closes in progress go on being progressed until they complete.
+// listeners and requests are done too. A Run, Wait, Listener.Accept or
+// AMQueue.Receive on the worker wakes at once and returns an error wrapping
+// ucs.ErrClosed; requests, flushes and closes in progress go on being
+// progressed until they complete.
 func (w *Worker) Close() error {
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.
