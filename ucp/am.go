@@ -26,13 +26,19 @@ type AMID uint16
 type AMHandler func(msg *AMMessage)
 
 type amHandler struct {
-	fn AMHandler
-	c  cgo.AMHandler
+	fn    AMHandler
+	c     cgo.AMHandler
+	queue *AMQueue // the queue the id is routed to, if any
 }
 
-// SetAMHandler installs (or replaces) the handler for id.
+// SetAMHandler installs (or replaces) the handler for id. An id routed to
+// an open AMQueue is refused (ucs.ErrAlreadyExists) until the queue is
+// closed.
 func (w *Worker) SetAMHandler(id AMID, fn AMHandler) error {
-	const op = "ucp: set active-message handler"
+	return w.setHandler("ucp: set active-message handler", id, fn, nil)
+}
+
+func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error {
 	if fn == nil {
 		return errs.New(op, ucs.ErrInvalidParam, "nil handler")
 	}
@@ -43,6 +49,9 @@ func (w *Worker) SetAMHandler(id AMID, fn AMHandler) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h, ok := w.handlers[id]; ok {
+		if h.queue != nil || q != nil {
+			return errs.New(op, ucs.ErrAlreadyExists, "id %d already has a %s", id, h.kind())
+		}
 		h.fn = fn
 		return nil
 	}
@@ -50,22 +59,41 @@ func (w *Worker) SetAMHandler(id AMID, fn AMHandler) error {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
-	w.handlers[id] = &amHandler{fn: fn, c: c}
+	w.handlers[id] = &amHandler{fn: fn, c: c, queue: q}
 	return nil
 }
 
-// ClearAMHandler removes the handler for id; later messages are dropped by UCX.
+func (h *amHandler) kind() string {
+	if h.queue != nil {
+		return "queue (close it first)"
+	}
+	return "handler"
+}
+
+// ClearAMHandler removes the handler for id; later messages are dropped by
+// UCX. An id routed to an open AMQueue is refused (ucs.ErrAlreadyExists):
+// the queue's Close clears it.
 func (w *Worker) ClearAMHandler(id AMID) error {
+	return w.clearHandler("ucp: clear active-message handler", id, nil)
+}
+
+// clearHandler removes id's routing if it is q's (a handler's for nil).
+func (w *Worker) clearHandler(op string, id AMID, q *AMQueue) error {
 	if !w.res.Enter() {
-		return closedError("ucp: clear active-message handler")
+		return closedError(op)
 	}
 	defer w.res.Exit()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h, ok := w.handlers[id]; ok {
-		w.c.ClearAMHandler(uint(id), h.c)
-		delete(w.handlers, id)
+	h, ok := w.handlers[id]
+	if !ok || h.queue != q {
+		if ok && q == nil {
+			return errs.New(op, ucs.ErrAlreadyExists, "id %d is routed to a queue (close it instead)", id)
+		}
+		return nil
 	}
+	w.c.ClearAMHandler(uint(id), h.c)
+	delete(w.handlers, id)
 	return nil
 }
 
@@ -97,7 +125,9 @@ func (m *AMMessage) Reply() *Endpoint { return m.reply }
 // ReceiveInto receives the payload into buf (len(buf) >= Len()). For an
 // eager message it copies Data and returns a completed request; for a
 // rendezvous message it starts the transfer, which the returned request
-// completes. Call it from the handler.
+// completes. Call it from the handler (the data is dropped when the
+// handler returns) or on a message an AMQueue returned; after the worker's
+// Close it returns an error wrapping ucs.ErrClosed.
 func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	const op = "ucp: receive active-message data"
 	if len(buf) < m.length {
@@ -112,7 +142,7 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	}
 	m.consumed = true
 	p, pin := pinBytes(buf[:m.length])
-	return m.receive(op, p, cgo.MemHandle{}, pin, nil), nil
+	return m.receive(op, p, cgo.MemHandle{}, pin, nil)
 }
 
 // ReceiveIntoMem receives the payload into mapped memory at off.
@@ -138,30 +168,43 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
 	m.consumed = true
-	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res), nil
+	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res)
 }
 
-func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) Request {
+func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	w := m.w
 	w.mu.Lock()
+	if !w.res.State.claimRendezvous(m.desc) {
+		w.mu.Unlock()
+		if pin != nil {
+			unpin(pin)
+		}
+		return Request{}, errs.New(op, ucs.ErrClosed, "the worker was closed, and its unreceived rendezvous data dropped")
+	}
 	r := w.c.AMRecvData(m.desc, p, uintptr(m.length), memh)
 	w.mu.Unlock()
 	req := newRequest(w, r, op, pin, mem)
 	w.res.Release() // the message's reference; an in-flight request has its own
-	return req
+	return req, nil
 }
 
 // Drop discards rendezvous data that will not be received (done for the
-// handler when it returns without receiving).
+// handler when it returns without receiving, and for every message not
+// yet received when the worker is closed).
 func (m *AMMessage) Drop() {
 	if !m.rndv || m.consumed {
 		return
 	}
 	m.consumed = true
 	m.w.mu.Lock()
-	m.w.c.AMDataRelease(m.desc)
+	claimed := m.w.res.State.claimRendezvous(m.desc)
+	if claimed {
+		m.w.c.AMDataRelease(m.desc)
+	}
 	m.w.mu.Unlock()
-	m.w.res.Release()
+	if claimed {
+		m.w.res.Release()
+	}
 }
 
 // amMessage is a message taken from the shim's queue, with its reply
@@ -210,7 +253,8 @@ const (
 // the next one, progressing the worker while it waits. Messages that
 // arrive while nobody receives are kept in order, without limit (UCX has
 // already handed them over). A rendezvous message must be received
-// (ReceiveInto) or dropped (Drop): until then its data waits in the sender.
+// (ReceiveInto) or dropped (Drop): until then its data waits in the
+// sender; the queue's or the worker's Close drops what nobody received.
 type AMQueue struct {
 	w      *Worker
 	id     AMID
@@ -221,17 +265,12 @@ type AMQueue struct {
 	closed atomic.Bool
 }
 
-// OpenAMQueue routes the worker's messages of id to a new queue (in place
-// of a handler; an id has one or the other).
+// OpenAMQueue routes the worker's messages of id to a new queue, in place
+// of a handler: an id that has a handler or an open queue is refused
+// (ucs.ErrAlreadyExists), and the queue's Close frees the id.
 func (w *Worker) OpenAMQueue(id AMID) (*AMQueue, error) {
 	q := &AMQueue{w: w, id: id, op: fmt.Sprintf("ucp: receive active message %d", id)}
-	w.mu.Lock()
-	_, taken := w.handlers[id]
-	w.mu.Unlock()
-	if taken {
-		return nil, errs.New("ucp: open active-message queue", ucs.ErrAlreadyExists, "id %d already has a handler or queue", id)
-	}
-	if err := w.SetAMHandler(id, q.push); err != nil {
+	if err := w.setHandler("ucp: open active-message queue", id, q.push, q); err != nil {
 		return nil, err
 	}
 	return q, nil
@@ -291,15 +330,7 @@ func (q *AMQueue) Close() error {
 	if q.closed.Swap(true) {
 		return nil
 	}
-	if q.w.res.Enter() { // a closed worker's handlers go with it
-		q.w.mu.Lock()
-		if h, ok := q.w.handlers[q.id]; ok {
-			q.w.c.ClearAMHandler(uint(q.id), h.c)
-			delete(q.w.handlers, q.id)
-		}
-		q.w.mu.Unlock()
-		q.w.res.Exit()
-	}
+	q.w.clearHandler("ucp: close active-message queue", q.id, q) // a closed worker's handlers go with it
 	q.mu.Lock()
 	pending := q.msgs
 	q.msgs = nil

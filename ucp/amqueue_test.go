@@ -87,3 +87,81 @@ func TestAMQueueCloseWakesReceive(t *testing.T) {
 	}
 	require.NoError(t, q.Close(), "twice is fine")
 }
+
+// An id routed to an open queue belongs to it: SetAMHandler and
+// ClearAMHandler refuse it (SetAMHandler replaced the queue's routing
+// silently, and the queue's Close then cleared the newcomer's handler),
+// and after the queue's Close the id is free.
+func TestAMQueueOwnsItsID(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	q, err := w.OpenAMQueue(amJobs)
+	require.NoError(t, err)
+	err = w.SetAMHandler(amJobs, func(*ucp.AMMessage) {})
+	require.ErrorIs(t, err, ucs.ErrAlreadyExists)
+	assert.Contains(t, err.Error(), "id 7 already has a queue")
+	require.ErrorIs(t, w.ClearAMHandler(amJobs), ucs.ErrAlreadyExists)
+	require.NoError(t, q.Close())
+
+	require.NoError(t, w.SetAMHandler(amJobs, func(*ucp.AMMessage) {}))
+	_, err = w.OpenAMQueue(amJobs)
+	require.ErrorIs(t, err, ucs.ErrAlreadyExists, "a handler's id")
+	require.NoError(t, q.Close(), "a second Close leaves the id's new handler alone")
+	require.NoError(t, w.SetAMHandler(amJobs, func(*ucp.AMMessage) {}), "the handler is still there to replace")
+	require.NoError(t, w.ClearAMHandler(amJobs))
+	q2, err := w.OpenAMQueue(amJobs)
+	require.NoError(t, err)
+	require.NoError(t, q2.Close())
+}
+
+// Rendezvous messages left in a queue nobody closes, and one received but
+// not taken, are dropped by the worker's Close: the worker and its context
+// are released (they stayed for good), and the kept message's ReceiveInto
+// says the worker is closed.
+func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
+	base := settleHandles()
+	func() {
+		ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
+		require.NoError(t, err)
+		defer ctx.Close()
+		server, err := ctx.NewWorker()
+		require.NoError(t, err)
+		client, err := ctx.NewWorker()
+		require.NoError(t, err)
+		defer client.Close()
+		run, stop := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- client.Run(run) }()
+		defer func() { stop(); <-ran }()
+		addr, err := server.PackAddress()
+		require.NoError(t, err)
+		ep, err := client.ConnectWorker(addr)
+		require.NoError(t, err)
+		defer closeEP(t, ep)
+
+		q, err := server.OpenAMQueue(amJobs)
+		require.NoError(t, err)
+		for range 3 {
+			req, err := ep.SendAM(amJobs, nil, make([]byte, 1<<20), ucp.AMRndv)
+			require.NoError(t, err)
+			req.Detach()
+		}
+		kept, err := q.Receive(waitCtx(t))
+		require.NoError(t, err)
+		require.True(t, kept.IsRendezvous())
+		for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+			_, err := server.Progress() // the others arrive in the queue
+			require.NoError(t, err)
+		}
+		require.NoError(t, server.Close()) // the queue is never closed
+		_, err = kept.ReceiveInto(make([]byte, kept.Len()))
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for settleHandles() != base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, base, ucs.LiveHandles(), "every UCX object released")
+}

@@ -107,10 +107,11 @@ type workerState struct {
 	c   cgo.Worker
 	efd *os.File
 
-	mu         sync.Mutex         // serializes every UCX call on the worker
-	abandoned  []abandonedRequest // requests whose waiters gave up; see Worker.abandon
-	draining   bool               // the drainer progresses the closed worker
-	drainUntil time.Time          // when the drainer gives up on it
+	mu         sync.Mutex                  // serializes every UCX call on the worker
+	abandoned  []abandonedRequest          // requests whose waiters gave up; see Worker.abandon
+	rndv       map[unsafe.Pointer]struct{} // rendezvous data not yet received or dropped, a worker reference each
+	draining   bool                        // the drainer progresses the closed worker
+	drainUntil time.Time                   // when the drainer gives up on it
 }
 
 func releaseWorker(s *workerState) {
@@ -148,7 +149,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 		cw.Destroy()
 		return nil, err
 	}
-	w.res = handle.New(c.res, releaseWorker, workerState{c: cw, efd: w.efd})
+	w.res = handle.New(c.res, releaseWorker, workerState{c: cw, efd: w.efd, rndv: map[unsafe.Pointer]struct{}{}})
 	w.mu = &w.res.State.mu
 	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil
@@ -243,7 +244,11 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage)
 		clear(w.taken)
 		for i := range msgs {
 			if msgs[i].Rndv {
-				w.res.Ref() // rendezvous data lives in the worker until received
+				// Rendezvous data lives in the worker until received or
+				// dropped; the worker's Close or collection drops what is
+				// left (a queue nobody reads would keep it for good).
+				w.res.Ref()
+				w.res.State.rndv[msgs[i].DataDesc] = struct{}{}
 			}
 			// Resolve the reply endpoint now, before a failure handled in
 			// this same round can close it.
@@ -323,8 +328,37 @@ func collectWorker(r *handle.Resource[workerState]) {
 	}
 	r.Ref() // keep the UCX worker for startDrain to look at
 	r.Collect()
+	dropRendezvous(r)
 	startDrain(r)
 	r.Release()
+}
+
+// claimRendezvous takes the rendezvous data desc for its one receive or
+// drop: false if it was received, dropped, or dropped by the worker's
+// close already.
+func (s *workerState) claimRendezvous(desc unsafe.Pointer) bool {
+	if _, ok := s.rndv[desc]; !ok {
+		return false
+	}
+	delete(s.rndv, desc)
+	return true
+}
+
+// dropRendezvous releases the rendezvous data nobody received of a closed
+// or collected worker, and the worker references it held: messages left in
+// an AMQueue, or kept by a handler, are not received after Close.
+func dropRendezvous(r *handle.Resource[workerState]) {
+	s := &r.State
+	s.mu.Lock()
+	n := len(s.rndv)
+	for desc := range s.rndv {
+		s.c.AMDataRelease(desc)
+	}
+	clear(s.rndv)
+	s.mu.Unlock()
+	for range n {
+		r.Release()
+	}
 }
 
 // startDrain hands a closed worker with abandoned requests to the
@@ -584,6 +618,7 @@ func (w *Worker) Close() error {
 	// Wake a goroutine asleep in Run or Wait: it sees Closing and ends now
 	// instead of at its next guard tick.
 	if w.res.CloseWaking(w.signal) {
+		dropRendezvous(w.res)
 		startDrain(w.res)
 	}
 	w.res.Release()
