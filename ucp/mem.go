@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"context"
+	"errors"
 	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"sync"
@@ -133,6 +134,8 @@ func (r *retiredMaps) unmapAll() {
 func (m *Mem) collect() { m.res.Collect() }
 
 // Allocate has UCX allocate and register n bytes (n may be 0), for RMA.
+// UCX may map more than n (a whole number of pages, for shared memory):
+// Len is the length mapped, and a packed region offers all of it.
 func (c *Context) Allocate(n int, opts ...MapOption) (*Mem, error) {
 	return c.memMap("ucp: map allocated memory", ucs.MemAllocated, n, nil, nil, nil, opts)
 }
@@ -382,7 +385,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	}
 	if ep.wiring.Load() {
 		if err := ep.Flush(ctx); err != nil {
-			return nil, &ucs.Error{Op: op, Err: err, Reason: "waiting for the endpoint's wire-up to finish"}
+			return nil, wireupError(op, err)
 		}
 	}
 	if err := ep.enter(op); err != nil {
@@ -400,6 +403,17 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	rk.res.Init(ep.w.res, releaseRkey)
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
+}
+
+// wireupError is the failed flush of UnpackRemoteKey's wait for wire-up,
+// under the unpack's name.
+func wireupError(op string, err error) error {
+	e := &ucs.Error{Op: op, Err: err, Reason: "waiting for the endpoint's wire-up to finish (the peer's worker must be progressed meanwhile)"}
+	var fe *ucs.Error
+	if errors.As(err, &fe) {
+		e.Err, e.Wrapped = fe.Err, fe.Wrapped
+	}
+	return e
 }
 
 // Close destroys the remote key once no operation in flight uses it.

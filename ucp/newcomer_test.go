@@ -276,6 +276,37 @@ func TestCloseWakesAccept(t *testing.T) {
 	}
 }
 
+// TestUnpackWireupTimeoutNamesUnpack: UnpackRemoteKey right after Connect
+// to a peer whose worker nobody progresses runs out its ctx waiting for
+// wire-up; the error names the unpack once and says what it waited for.
+func TestUnpackWireupTimeoutNamesUnpack(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer server.Close()
+	l, err := server.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	mem, err := ctx.Allocate(4096)
+	require.NoError(t, err)
+	defer mem.Close()
+	packed, err := mem.PackRemoteKey()
+	require.NoError(t, err)
+	client, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer client.Close()
+	ep, err := client.Connect(l.Addr().String())
+	require.NoError(t, err)
+	defer closeEP(t, ep)
+
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = ep.UnpackRemoteKey(short, packed)
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, "ucp: unpack rkey: Operation timed out: waiting for the endpoint's wire-up to finish (the peer's worker must be progressed meanwhile) (context deadline exceeded)", err.Error())
+}
+
 // TestAcceptTimeoutNamesAccept: the error of an Accept that times out names
 // Accept and its listener, not an internal wait (issue 12, item 5).
 func TestAcceptTimeoutNamesAccept(t *testing.T) {

@@ -23,9 +23,10 @@ import (
 // deadline (the io interfaces take no context), so where the peer may
 // stall use ReadAtContext or WriteAtContext.
 type RemoteRegion struct {
-	key  *RemoteKey
-	base uint64
-	n    int
+	key   *RemoteKey
+	base  uint64
+	n     int
+	local *Mem // a LocalRegion's mapping: closed, it ends the region too
 }
 
 // Region is the length bytes at base (the peer's address, e.g. its
@@ -45,7 +46,7 @@ func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 	if rk.bounded && (base < rk.base || base+uint64(length) > rk.base+uint64(rk.n)) {
 		return RemoteRegion{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
 	}
-	return RemoteRegion{rk, base, length}, nil
+	return RemoteRegion{key: rk, base: base, n: length}, nil
 }
 
 // Key is the remote key the region is reached through: close it when done
@@ -89,7 +90,7 @@ func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegi
 		return RemoteRegion{}, err
 	}
 	rk.bounded, rk.base, rk.n = true, base, int(n)
-	return RemoteRegion{rk, base, int(n)}, nil
+	return RemoteRegion{key: rk, base: base, n: int(n)}, nil
 }
 
 // Base is the region's address in the peer.
@@ -103,12 +104,15 @@ func (r RemoteRegion) Sub(off, n int) (RemoteRegion, error) {
 	if err := r.check("ucp: remote region", off, n); err != nil {
 		return RemoteRegion{}, err
 	}
-	return RemoteRegion{r.key, r.base + uint64(off), n}, nil
+	return RemoteRegion{r.key, r.base + uint64(off), n, r.local}, nil
 }
 
 func (r RemoteRegion) check(op string, off, n int) error {
 	if r.key == nil {
 		return errs.New(op, ucs.ErrInvalidParam, "the zero RemoteRegion: make one with RemoteKey.Region")
+	}
+	if r.key.res.Closed() || r.local != nil && r.local.res.Closed() { // before the bounds: a closed key's empty region is not at its end
+		return closedError(op)
 	}
 	if off < 0 || n < 0 || off > r.n || n > r.n-off {
 		return errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit the %d-byte remote region", n, off, r.n)
@@ -240,7 +244,8 @@ var (
 // through a loopback endpoint to its own worker. It is how bytes move
 // between an imported mapping (the exporter's memory, which has no Bytes)
 // and local memory: PutMem and GetMem with a local mapping, or ReadAt and
-// WriteAt with Go memory. Close it when done.
+// WriteAt with Go memory. Close it when done; after the mapping's Close
+// its operations return an error wrapping ucs.ErrClosed.
 type LocalRegion struct {
 	RemoteRegion
 	ep *Endpoint
@@ -268,7 +273,7 @@ func (w *Worker) LocalRegion(ctx context.Context, m *Mem) (*LocalRegion, error) 
 		ep.Close(ctx, CloseForce)
 		return nil, err
 	}
-	return &LocalRegion{RemoteRegion{key, m.Address(), m.Len()}, ep}, nil
+	return &LocalRegion{RemoteRegion{key, m.Address(), m.Len(), m}, ep}, nil
 }
 
 // Close closes the loopback's key and endpoint, completing what was

@@ -100,9 +100,14 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	_, err = zero.ReadAt(got, 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 
-	// Closing the key ends the region: a clear error, not a crash.
+	// Closing the key ends the region: a clear error, not a crash (and
+	// not io.EOF for an empty region).
+	empty, err := key.Region(target.Address(), 0)
+	require.NoError(t, err)
 	require.NoError(t, key.Close())
 	_, err = region.WriteAt(msg, 0)
+	require.ErrorIs(t, err, ucs.ErrClosed)
+	_, err = empty.ReadAt(got, 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 }
 
@@ -143,4 +148,12 @@ func TestLocalRegion(t *testing.T) {
 	_, err = lr.WriteAt(bytes.Repeat([]byte{7}, 64), 0)
 	require.NoError(t, err)
 	assert.Equal(t, bytes.Repeat([]byte{7}, 64), farBytes[:64])
+
+	// The mapping closed first: the region says so (it wrote into the
+	// memory the context keeps in quarantine, silently).
+	require.NoError(t, far.Close())
+	_, err = lr.WriteAt([]byte("late"), 0)
+	require.ErrorIs(t, err, ucs.ErrClosed)
+	_, err = lr.GetMem(nearMem, 0, 4, 0)
+	require.ErrorIs(t, err, ucs.ErrClosed)
 }

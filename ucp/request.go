@@ -287,7 +287,8 @@ func (r Request) Done() bool {
 	return r.p.done
 }
 
-// Length is the number of bytes received, for receive operations.
+// Length is the number of bytes an active-message receive (ReceiveInto)
+// took; it is 0 for puts, gets and sends, whose length is the caller's.
 func (r Request) Length() int {
 	if r.p == nil {
 		return 0
