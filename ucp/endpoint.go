@@ -371,7 +371,16 @@ func releaseConn(s *connState) {
 
 // Close stops listening.
 func (l *Listener) Close() error {
-	l.res.CloseWaking(l.w.signal) // an Accept asleep on the worker ends now
+	// An Accept asleep on the worker ends now. The wake signals the UCX
+	// worker: only while the listener, which holds it, is held here (a
+	// second Close found it destroyed: SIGSEGV).
+	if !l.res.Enter() {
+		return nil
+	}
+	l.res.Ref()
+	l.res.Exit()
+	l.res.CloseWaking(l.w.signal)
+	l.res.Release()
 	return nil
 }
 

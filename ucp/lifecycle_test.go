@@ -596,7 +596,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 	}
 
 	if e.l != nil {
-		if e.closed["l"] {
+		if e.closed["l"] || e.closed["sw"] { // a closed worker ends its listener's Accept
 			_, err = e.l.Accept(ctx)
 			isClosed("l", err, "Accept")
 		} else if e.p.run { // Accept progresses the server: not for a plan that never does
