@@ -84,10 +84,8 @@ type endpointState struct {
 	// gets are the endpoint's gets in flight, for a force close to wait
 	// for. A separate allocation: requests given to the worker keep it and
 	// must not keep the Endpoint.
-	gets *getsInFlight
-	mode CloseMode
-	ctx  context.Context
-	err  error
+	gets    *getsInFlight
+	byClose bool // Close closes the UCX endpoint itself; the release does only for a collected endpoint
 }
 
 func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
@@ -197,49 +195,61 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // to finish. Remote keys unpacked on the endpoint are only good for RMA on
 // it, but belong to its worker: closing them after the endpoint is safe.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
-	// Nothing holds a reference on an endpoint (keys and requests hold the
-	// worker), so the release runs here, in the call that closes it, and may
-	// wait on ctx and report into the state; a cleanup releases with no ctx
-	// and hands the close to the worker.
-	if !ep.res.CloseWith(func(s *endpointState) { s.mode, s.ctx = mode, ctx }) {
+	// The call that closes the handle closes the UCX endpoint, with its ctx
+	// and mode. It holds the worker meanwhile: the handle's reference on it
+	// goes when the handle is closed. The Ref is taken under the handle's
+	// lock, by the closing call only, while that reference still holds.
+	if !ep.res.CloseWith(func(s *endpointState) { s.byClose = true; s.w.res.Ref() }) {
 		return nil
 	}
-	return ep.res.State.err
+	defer ep.w.res.Release()
+	return closeEndpoint(ctx, &ep.res.State, mode)
 }
 
-// releaseEndpoint closes the UCX endpoint; it runs when the last reference
-// goes.
+// releaseEndpoint closes the UCX endpoint of an Endpoint garbage collected
+// without Close: the close (a flush) is handed to the worker, since a
+// cleanup must not block.
 func releaseEndpoint(s *endpointState) {
+	if !s.byClose {
+		closeEndpoint(nil, s, CloseFlush)
+	}
+}
+
+// closeEndpoint closes the UCX endpoint and waits for UCX to finish within
+// ctx; a nil ctx hands the close to the worker instead of waiting.
+func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error {
 	w := s.w
-	if s.mode == CloseForce && s.ctx != nil && s.c.Error() == 0 && s.gets.pending() {
-		waitGetsBeforeForce(s)
+	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.gets.pending() {
+		waitGetsBeforeForce(ctx, s)
 	}
 	w.mu.Lock()
 	delete(w.eps, s.c.Handle())
-	force := s.mode == CloseForce || s.c.Error() != 0
+	force := mode == CloseForce || s.c.Error() != 0
 	r := s.c.Close(force)
 	w.mu.Unlock()
 	free := s.c.Free
 	if r.P == nil {
 		free()
 		if r.St != 0 && !force {
-			s.err = &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
+			return &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
 		}
-		return
+		return nil
 	}
 	w.res.Ref()
-	if s.ctx == nil { // released by a cleanup: do not block its goroutine
+	if ctx == nil {
 		abandonTo(w.res, r, nil, free)
-		return
+		return nil
 	}
-	if err := w.await(s.ctx, "ucp: close endpoint (flush)", r, free); err != nil && !force {
-		s.err = err
-		if s.ctx.Err() != nil {
-			s.err = &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: s.ctx.Err(),
-				Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " +
-					"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}
-		}
+	err := w.await(ctx, "ucp: close endpoint (flush)", r, free)
+	if err == nil || force {
+		return nil
 	}
+	if ctx.Err() != nil {
+		return &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: ctx.Err(),
+			Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " +
+				"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}
+	}
+	return err
 }
 
 // waitGetsBeforeForce progresses the worker of a closed endpoint (no
@@ -248,8 +258,8 @@ func releaseEndpoint(s *endpointState) {
 // It starts no UCX request: a flush issued here was measured to stay stuck
 // behind an active message the peer never took, and to hold up the force
 // close itself.
-func waitGetsBeforeForce(s *endpointState) {
-	ctx, cancel := context.WithTimeout(s.ctx, forceCloseGrace)
+func waitGetsBeforeForce(ctx context.Context, s *endpointState) {
+	ctx, cancel := context.WithTimeout(ctx, forceCloseGrace)
 	defer cancel()
 	for s.gets.pending() && s.w.waitFor(ctx, waitReady{gets: s.gets}) == nil {
 	}
