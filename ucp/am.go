@@ -302,6 +302,11 @@ func (q *AMQueue) ready() bool { return q.queued.Load() > 0 || q.closed.Load() }
 // queue's or the worker's Close it returns an error wrapping ucs.ErrClosed.
 func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
 	for {
+		// Closed first: messages still queued when the worker closed are
+		// not handed out (their rendezvous data is gone with it).
+		if q.closed.Load() || q.w.res.Closing() {
+			return nil, closedError(q.op)
+		}
 		q.mu.Lock()
 		if len(q.msgs) > 0 {
 			m := q.msgs[0]

@@ -118,8 +118,9 @@ func TestAMQueueOwnsItsID(t *testing.T) {
 
 // Rendezvous messages left in a queue nobody closes, and one received but
 // not taken, are dropped by the worker's Close: the worker and its context
-// are released (they stayed for good), and the kept message's ReceiveInto
-// says the worker is closed.
+// are released (they stayed for good), the kept message's ReceiveInto
+// says the worker is closed, and so does the queue's Receive (it handed
+// out the queued messages).
 func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 	base := settleHandles()
 	func() {
@@ -158,6 +159,8 @@ func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 		require.NoError(t, server.Close()) // the queue is never closed
 		_, err = kept.ReceiveInto(make([]byte, kept.Len()))
 		require.ErrorIs(t, err, ucs.ErrClosed)
+		_, err = q.Receive(waitCtx(t))
+		require.ErrorIs(t, err, ucs.ErrClosed, "messages still queued are not handed out after the worker's Close")
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for settleHandles() != base && time.Now().Before(deadline) {

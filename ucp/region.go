@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"hash/crc32"
 	"io"
 	"math"
 
@@ -40,11 +41,15 @@ type RemoteRegion struct {
 // where you can.
 func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 	const op = "ucp: remote region"
-	if length < 0 || base+uint64(length) < base {
-		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
+	if rk.res.Closed() {
+		return RemoteRegion{}, closedError(op)
 	}
-	if rk.bounded && (base < rk.base || base+uint64(length) > rk.base+uint64(rk.n)) {
-		return RemoteRegion{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
+	if rk.bounded {
+		if length < 0 || base < rk.base || base-rk.base > uint64(rk.n) || uint64(length) > uint64(rk.n)-(base-rk.base) {
+			return RemoteRegion{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
+		}
+	} else if length < 0 || base+uint64(length) < base {
+		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
 	}
 	return RemoteRegion{key: rk, base: base, n: length}, nil
 }
@@ -54,21 +59,35 @@ func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 func (r RemoteRegion) Key() *RemoteKey { return r.key }
 
 // The packed region of Mem.PackRegion: a magic, the mapping's address and
-// length (u64 each, little endian), then its packed remote key.
+// length (u64 each, little endian), its packed remote key, and a CRC-32C
+// of all that. The checksum catches damage in transit: a damaged length
+// would make a region past the mapping (the peer's UCX then serves other
+// memory, or crashes), and a damaged key can move its parts onto other
+// readers in ways no format check sees (a changed MD map crashed UCX's
+// posix reader).
 const (
 	regionMagic      = "UCXr"
 	regionHeaderSize = len(regionMagic) + 16
+	regionCRCSize    = 4
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // PackRegion packs the mapping's address, length and remote key, which
 // travel together, for the peer's Endpoint.UnpackRegion: the peer then
-// cannot name a range outside the mapping by mistake.
+// cannot name a range outside the mapping by mistake, and damaged bytes
+// are refused before any reaches UCX. It does not make a peer honest: a
+// peer may still craft any region for a key it holds (see RemoteKey.Region).
 func (m *Mem) PackRegion() ([]byte, error) {
-	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64)))
+	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64))+regionCRCSize)
 	copy(b, regionMagic)
 	binary.LittleEndian.PutUint64(b[len(regionMagic):], m.Address())
 	binary.LittleEndian.PutUint64(b[len(regionMagic)+8:], uint64(m.Len()))
-	return m.AppendRemoteKey(b)
+	b, err := m.AppendRemoteKey(b)
+	if err != nil {
+		return nil, err
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
 // UnpackRegion unpacks a region packed by the peer's Mem.PackRegion on
@@ -77,15 +96,19 @@ func (m *Mem) PackRegion() ([]byte, error) {
 // the region's Key when done.
 func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegion, error) {
 	const op = "ucp: unpack region"
-	if len(packed) < regionHeaderSize || string(packed[:len(regionMagic)]) != regionMagic {
+	if len(packed) < regionHeaderSize+regionCRCSize || string(packed[:len(regionMagic)]) != regionMagic {
 		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a packed region (Mem.PackRegion)", len(packed))
+	}
+	body, sum := packed[:len(packed)-regionCRCSize], binary.LittleEndian.Uint32(packed[len(packed)-regionCRCSize:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "checksum mismatch: the packed region was damaged")
 	}
 	base := binary.LittleEndian.Uint64(packed[len(regionMagic):])
 	n := binary.LittleEndian.Uint64(packed[len(regionMagic)+8:])
 	if n > math.MaxInt || base+n < base {
 		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", n, base)
 	}
-	rk, err := ep.UnpackRemoteKey(ctx, packed[regionHeaderSize:])
+	rk, err := ep.UnpackRemoteKey(ctx, body[regionHeaderSize:])
 	if err != nil {
 		return RemoteRegion{}, err
 	}

@@ -40,6 +40,8 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	assert.Contains(t, err.Error(), "outside the peer's 65536-byte mapping")
 	_, err = key.Region(target.Address()-1, 8)
 	require.ErrorIs(t, err, ucs.ErrOutOfRange)
+	_, err = key.Region(^uint64(0), 1)
+	require.ErrorIs(t, err, ucs.ErrOutOfRange, "a range that wraps is outside too")
 	inner, err := key.Region(target.Address()+4096, 4096)
 	require.NoError(t, err)
 	assert.Equal(t, 4096, inner.Len())
@@ -48,6 +50,17 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	for _, bad := range [][]byte{nil, packed[:10], append([]byte("XXXX"), packed[4:]...)} {
 		_, err := p.cep.UnpackRegion(waitCtx(t), bad)
 		require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	}
+	// Every single flipped bit is refused by the checksum (a damaged
+	// length byte made a region past the mapping, and the owner crashed
+	// serving a write in it; a damaged MD map crashed UCX's posix reader).
+	for i := range packed {
+		for bit := range 8 {
+			flipped := bytes.Clone(packed)
+			flipped[i] ^= 1 << bit
+			_, err := p.cep.UnpackRegion(waitCtx(t), flipped)
+			require.ErrorIs(t, err, ucs.ErrInvalidParam, "bit %d of byte %d", bit, i)
+		}
 	}
 	wrapped := bytes.Clone(packed)
 	copy(wrapped[12:20], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
@@ -109,6 +122,8 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	_, err = empty.ReadAt(got, 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)
+	_, err = key.Region(target.Address(), 8)
+	require.ErrorIs(t, err, ucs.ErrClosed, "a closed key makes no regions")
 }
 
 // A local region moves bytes between two mappings of this process (the
