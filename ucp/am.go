@@ -22,7 +22,8 @@ type AMID uint16
 // the progressing goroutine and must not block (code that would wait, for
 // a lock, a channel or a Request, uses an AMQueue instead); it may send,
 // and may start the receive of rendezvous data (AMMessage.ReceiveInto).
-// msg is valid until the handler returns (its Header and Data may be kept).
+// msg may be kept, but rendezvous data not received by the time the
+// handler returns is dropped (a later ReceiveInto is an error).
 type AMHandler func(msg *AMMessage)
 
 type amHandler struct {
@@ -212,7 +213,6 @@ func (m *AMMessage) Drop() {
 type amMessage struct {
 	cgo.AMMessage
 	Reply *Endpoint
-	msg   AMMessage // what the handler gets: part of the reused buffer
 }
 
 // dispatch runs the handlers of messages taken from the shim's queue, then
@@ -220,15 +220,18 @@ type amMessage struct {
 func (w *Worker) dispatch(msgs []amMessage) {
 	for i := range msgs {
 		cm := &msgs[i]
-		cm.msg = AMMessage{ID: AMID(cm.ID), Header: cm.Header, Data: cm.Data, w: w,
+		// One allocation per message, not a slot of the reused buffer: a
+		// handler that keeps msg (as Go code keeps what it is given) must
+		// not see the next message's fields written under it.
+		msg := &AMMessage{ID: AMID(cm.ID), Header: cm.Header, Data: cm.Data, w: w,
 			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
 		w.mu.Lock()
 		h := w.handlers[AMID(cm.ID)]
 		w.mu.Unlock()
 		if h != nil {
-			h.fn(&cm.msg)
+			h.fn(msg)
 		}
-		cm.msg.Drop()
+		msg.Drop()
 	}
 	clear(msgs)
 	w.mu.Lock()
@@ -276,8 +279,8 @@ func (w *Worker) OpenAMQueue(id AMID) (*AMQueue, error) {
 	return q, nil
 }
 
-// push runs in dispatch: it takes the message out of the worker's reused
-// buffer (dispatch's Drop then leaves rendezvous data to the copy).
+// push runs in dispatch: the queue keeps the message, with its rendezvous
+// data (dispatch's Drop then leaves that to the copy).
 func (q *AMQueue) push(m *AMMessage) {
 	kept := new(AMMessage)
 	*kept = *m

@@ -3,6 +3,7 @@ package ucp_test
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +168,55 @@ func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.Equal(t, base, ucs.LiveHandles(), "every UCX object released")
+}
+
+// A handler that keeps its messages, as Go code keeps what it is given:
+// each kept message still has its own header and data after the handler
+// returned (the struct was a reused slot that the next message wrote
+// over, a data race), eager data can still be received, and rendezvous
+// data not received in the handler is an error to receive later.
+func TestAMHandlerKeepsMessages(t *testing.T) {
+	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	runWorker(t, p.client)
+	var mu sync.Mutex
+	var kept []*ucp.AMMessage
+	require.NoError(t, p.server.SetAMHandler(amJobs, func(m *ucp.AMMessage) {
+		mu.Lock()
+		kept = append(kept, m)
+		mu.Unlock()
+	}))
+	const n = 16
+	for i := range n {
+		flags := ucp.AMSendFlags(0)
+		size := 32
+		if i == n-1 {
+			flags, size = ucp.AMRndv, 1<<20
+		}
+		req, err := p.cep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i)}, size), flags)
+		require.NoError(t, err)
+		req.Detach()
+	}
+	for ctx := waitCtx(t); ; {
+		mu.Lock()
+		got := len(kept)
+		mu.Unlock()
+		if got == n {
+			break
+		}
+		require.NoError(t, ctx.Err(), "%d of %d messages", got, n)
+		_, err := p.server.Progress()
+		require.NoError(t, err)
+	}
+	for i, m := range kept {
+		require.Equal(t, []byte{byte(i)}, m.Header, "message %d", i)
+		buf := make([]byte, m.Len())
+		req, err := m.ReceiveInto(buf)
+		if m.IsRendezvous() {
+			require.ErrorIs(t, err, ucs.ErrInvalidParam, "rendezvous data is dropped when the handler returns")
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, 32), buf, "message %d", i)
+	}
 }
