@@ -351,7 +351,7 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 		}
 		// The worker's Close ends the wait too: nothing progresses a closed
 		// worker for its listener, so no request would come.
-		err := l.w.waitFor(ctx, waitReady{op: op, listener: l.c, accept: true, closing: l.res, endOnClose: true})
+		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
 		l.res.Exit()
 		if err != nil {
 			return nil, err

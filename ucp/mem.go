@@ -353,7 +353,7 @@ type RemoteKey struct {
 // rkeyState holds the worker's state, not the Worker: a request abandoned
 // to a worker holds the key, and must not keep the Worker reachable.
 type rkeyState struct {
-	w  *handle.Resource[workerState]
+	w  *handle.Resource[engine]
 	ep uint64 // the endpoint it was unpacked on (Endpoint.id)
 	c  cgo.Rkey
 }

@@ -51,7 +51,7 @@ type request struct {
 // detached it moves to the worker, so it references neither the request
 // nor the Worker (a collected worker is drained from its state alone).
 type inflight struct {
-	res  *handle.Resource[workerState] // holds a reference on it
+	res  *handle.Resource[engine] // holds a reference on it
 	c    cgo.Request
 	pin  *runtime.Pinner // Go memory pinned for the operation, if any
 	uses [2]handle.Parent

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"github.com/ucxgo/ucx/internal/errs"
-	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 	"weak"
@@ -69,60 +67,21 @@ func WithSpin(d time.Duration) WorkerOption {
 // waiting for an idle peer sleeps at once.
 const DefaultSpin = 50 * time.Microsecond
 
-// pollTick bounds one sleep on the event fd.
-const pollTick = 50 * time.Millisecond
-
-// A wait progresses at least spinRounds times, and for the worker's spin,
-// before it arms the event fd and sleeps. It spins in chunks of spinChunk
-// progress calls made in C (one cgo crossing each), and looks at the
-// clock, its ctx and a Close between chunks.
-const (
-	spinRounds = 64
-	spinChunk  = 16
-)
-
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
 type Worker struct {
-	res  *handle.Resource[workerState]
-	ctx  *Context
-	c    cgo.Worker
-	spin time.Duration // WithSpin
+	*engine // &res.State: the UCX worker, its lock and its sleeper
+	res     *handle.Resource[engine]
+	ctx     *Context
+	spin    time.Duration // WithSpin
 
-	mu        *sync.Mutex                               // &res.State.mu: serializes every UCX call on the worker
+	// Progress bookkeeping, under mu.
 	seen      uint64                                    // shim events handled so far
 	completed uint64                                    // request completions seen so far
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[AMID]*amHandler
 	taken     []cgo.AMMessage // reused by progressLocked
 	msgs      []amMessage     // reused by dispatch, nil while one runs
-
-	sleeper // the sleep on the event fd between progress rounds
-}
-
-// workerState is what releasing a worker frees, and what draining it
-// needs once its Worker is garbage collected: nothing in it may reference
-// the Worker (see collectWorker).
-type workerState struct {
-	c   cgo.Worker
-	efd *os.File
-
-	mu         sync.Mutex                  // serializes every UCX call on the worker
-	abandoned  []abandonedRequest          // requests whose waiters gave up; see Worker.abandon
-	rndv       map[unsafe.Pointer]struct{} // rendezvous data not yet received or dropped, a worker reference each
-	draining   bool                        // the drainer progresses the closed worker
-	drainUntil time.Time                   // when the drainer gives up on it
-}
-
-func releaseWorker(s *workerState) {
-	s.efd.Close()
-	s.c.Destroy()
-}
-
-type abandonedRequest struct {
-	r     cgo.Request
-	gets  *getsInFlight // a get's endpoint set, left before the release
-	after func()
 }
 
 // NewWorker creates a worker of the context.
@@ -143,14 +102,15 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	w := &Worker{ctx: c, c: cw, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}}
+	w := &Worker{ctx: c, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}}
+	w.res = handle.New(c.res, releaseWorker, engine{c: cw, rndv: map[unsafe.Pointer]struct{}{}})
+	w.engine = &w.res.State
+	// In place: the sleeper's callbacks point into it.
 	w.sleeper.init(cw)
 	if err := w.openEventFD(); err != nil {
-		cw.Destroy()
+		w.res.Close() // destroys the UCX worker
 		return nil, err
 	}
-	w.res = handle.New(c.res, releaseWorker, workerState{c: cw, efd: w.efd, rndv: map[unsafe.Pointer]struct{}{}})
-	w.mu = &w.res.State.mu
 	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil
 }
@@ -285,186 +245,6 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage)
 	return n, msgs
 }
 
-// reapAbandoned releases requests whose waiters gave up, once UCX is done
-// with them. Called with mu held; the caller runs the returned requests'
-// after functions and drops their worker references once it has unlocked.
-func (s *workerState) reapAbandoned() (reaped []abandonedRequest) {
-	kept := s.abandoned[:0]
-	for _, a := range s.abandoned {
-		if !a.r.Done() {
-			kept = append(kept, a)
-			continue
-		}
-		if a.gets != nil {
-			a.gets.remove(a.r)
-		}
-		s.c.Release(a.r, false)
-		reaped = append(reaped, a)
-	}
-	clear(s.abandoned[len(kept):])
-	s.abandoned = kept
-	return reaped
-}
-
-// abandonTo hands an in-flight request to its worker, which releases it
-// when UCX completes it; the request's worker reference moves with it. It
-// needs only the worker's state: a dropped request's cleanup calls it, and
-// its Worker may be gone. A closed worker is drained, so that nobody needs
-// to progress it.
-func abandonTo(res *handle.Resource[workerState], r cgo.Request, gets *getsInFlight, after func()) {
-	s := &res.State
-	s.mu.Lock()
-	s.abandoned = append(s.abandoned, abandonedRequest{r, gets, after})
-	s.mu.Unlock()
-	startDrain(res)
-}
-
-// collectWorker is the cleanup of a Worker garbage collected without
-// Close: requests abandoned to it still hold the UCX worker, and nobody
-// progresses it any more, so it is drained as a closed worker is.
-func collectWorker(r *handle.Resource[workerState]) {
-	if r.Closed() { // Close ran and drains: the Worker is unreachable, so nothing races this
-		return
-	}
-	r.Ref() // keep the UCX worker for startDrain to look at
-	r.Collect()
-	dropRendezvous(r)
-	startDrain(r)
-	r.Release()
-}
-
-// claimRendezvous takes the rendezvous data desc for its one receive or
-// drop: false if it was received, dropped, or dropped by the worker's
-// close already.
-func (s *workerState) claimRendezvous(desc unsafe.Pointer) bool {
-	if _, ok := s.rndv[desc]; !ok {
-		return false
-	}
-	delete(s.rndv, desc)
-	return true
-}
-
-// dropRendezvous releases the rendezvous data nobody received of a closed
-// or collected worker, and the worker references it held: messages left in
-// an AMQueue, or kept by a handler, are not received after Close.
-func dropRendezvous(r *handle.Resource[workerState]) {
-	s := &r.State
-	s.mu.Lock()
-	n := len(s.rndv)
-	for desc := range s.rndv {
-		s.c.AMDataRelease(desc)
-	}
-	clear(s.rndv)
-	s.mu.Unlock()
-	for range n {
-		r.Release()
-	}
-}
-
-// startDrain hands a closed worker with abandoned requests to the
-// process's drainer, unless it has it. The caller holds a reference (the
-// UCX worker is alive); the drainer takes its own.
-func startDrain(r *handle.Resource[workerState]) {
-	s := &r.State
-	s.mu.Lock()
-	start := r.Closed() && !s.draining && len(s.abandoned) > 0
-	if start {
-		s.draining = true
-		s.drainUntil = time.Now().Add(drainTimeout)
-		r.Ref()
-	}
-	s.mu.Unlock()
-	if !start {
-		return
-	}
-	drainer.mu.Lock()
-	drainer.workers[r] = struct{}{}
-	run := !drainer.running
-	drainer.running = true
-	drainer.mu.Unlock()
-	if run {
-		go drainAll()
-	}
-}
-
-// drainTimeout bounds how long a closed worker is progressed for requests
-// abandoned to it.
-const drainTimeout = 30 * time.Second
-
-// drainPoll is how often the drainer progresses: it works from the workers'
-// state alone (a Worker may be collected), so it has no event-fd sleep.
-const drainPoll = time.Millisecond
-
-// drainer progresses closed workers until the requests abandoned to them
-// are done. After Close nobody else progresses a worker, yet UCX completes
-// requests (and endpoint closes) only in progress: without it a request
-// whose waiter gave up would keep the worker, its context and what the
-// request uses alive for good. A request that does not complete within
-// drainTimeout (its peer neither answers nor fails) stays with the worker,
-// which then stays too.
-//
-// One goroutine drains every worker of the process, so the releases that
-// follow (ucp_worker_destroy, then ucp_cleanup of the last worker's
-// context) run one at a time: a collection that left ~270 workers to as
-// many drain goroutines stalled a process up to 23 s, their threads
-// contending on UCX's global memory-event lock (UCX 1.18.1, shm).
-var drainer = struct {
-	mu      sync.Mutex
-	workers map[*handle.Resource[workerState]]struct{}
-	running bool
-}{workers: map[*handle.Resource[workerState]]struct{}{}}
-
-func drainAll() {
-	var batch []*handle.Resource[workerState]
-	for {
-		drainer.mu.Lock()
-		if len(drainer.workers) == 0 {
-			drainer.running = false
-			drainer.mu.Unlock()
-			return
-		}
-		batch = batch[:0]
-		for r := range drainer.workers {
-			batch = append(batch, r)
-		}
-		drainer.mu.Unlock()
-		for _, r := range batch {
-			drainOnce(r)
-		}
-		clear(batch)
-		time.Sleep(drainPoll)
-	}
-}
-
-// drainOnce progresses one worker once and releases what completed; a
-// worker with nothing left (or past its deadline) leaves the drainer and
-// drops the drainer's reference, which may release it.
-func drainOnce(r *handle.Resource[workerState]) {
-	s := &r.State
-	s.mu.Lock()
-	s.c.Progress()
-	reaped := s.reapAbandoned()
-	done := len(s.abandoned) == 0 || time.Now().After(s.drainUntil)
-	if done {
-		// Left with draining, under s.mu: a startDrain after this adds
-		// the worker again.
-		s.draining = false
-		drainer.mu.Lock()
-		delete(drainer.workers, r)
-		drainer.mu.Unlock()
-	}
-	s.mu.Unlock()
-	for _, a := range reaped {
-		if a.after != nil {
-			a.after()
-		}
-		r.Release()
-	}
-	if done {
-		r.Release()
-	}
-}
-
 // Wait blocks until the worker has made progress or ctx is done; the
 // worker sleeps on its event fd meanwhile. The worker's Close ends it with
 // an error wrapping ucs.ErrClosed.
@@ -505,79 +285,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
-}
-
-// waitReady says when a wait may end without progress: a request has
-// completed, or a listener has a connection request; op names the call
-// waiting, for its errors.
-type waitReady struct {
-	op         string
-	endOnClose bool        // Run and Worker.Wait: end once the worker's Close starts
-	req        cgo.Request // P set: ready once it is done
-	listener   cgo.Listener
-	accept     bool          // ready once listener has a pending request
-	gets       *getsInFlight // ready once none is pending in UCX
-	// closing, if set, ends a spin once its Close starts (the worker's own
-	// Close always does), so that a long WithSpin cannot hold a Close up.
-	closing interface{ Closing() bool }
-	queue   *AMQueue // ready once it has a message or is closed
-}
-
-func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.accept && r.listener.Pending()) || (r.gets != nil && !r.gets.pending()) ||
-		(r.queue != nil && r.queue.ready())
-}
-
-// waitFor progresses, and if nothing happened and ready is not true, arms
-// the event fd and sleeps until it fires or ctx is done. It allocates
-// nothing for a ctx without a Done channel: the guard timer, its callbacks
-// and the netpoller callback are the worker's, made once.
-func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
-	// Spin first: a short operation finishes without a system call, and the
-	// netpoller's wake-up costs tens of microseconds. After a sleep that saw
-	// no event the worker is idle: one round, no spin.
-	if w.idle.Load() {
-		if w.progress() > 0 || ready.ready() {
-			w.idle.Store(false)
-			return nil
-		}
-	} else {
-		spin := w.spin
-		// Chunks of spinChunk rounds, each one crossing; the clock, ctx and
-		// a Close are looked at between chunks.
-		start := time.Now()
-		for i := 1; i <= spinRounds/spinChunk || time.Since(start) < spin; i++ {
-			if w.spinOnce(ready.req, spinChunk) > 0 || ready.ready() {
-				return nil
-			}
-			if ctx.Err() != nil || w.res.Closing() || ready.closing != nil && ready.closing.Closing() {
-				break
-			}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(ready.name(), err)
-	}
-	if ready.endOnClose && w.res.Closing() {
-		return nil // Run and Wait: the worker's Close wakes them to end
-	}
-	return w.sleep(ctx, w.mu, ready)
-}
-
-func (r waitReady) name() string {
-	if r.op == "" {
-		return "ucp: wait on worker"
-	}
-	return r.op
-}
-
-// ctxError maps a context error to ErrTimedOut or ErrCanceled, keeping it.
-func ctxError(op string, err error) error {
-	st := ucs.ErrCanceled
-	if errors.Is(err, context.DeadlineExceeded) {
-		st = ucs.ErrTimedOut
-	}
-	return &ucs.Error{Op: op, Err: st, Wrapped: err}
 }
 
 // Flush waits until every operation the worker started is complete
