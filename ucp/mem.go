@@ -340,8 +340,12 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 // to be destroyed before their endpoint; the binding allows either order,
 // which the code of 1.18.1 and 1.22 supports.
 type RemoteKey struct {
-	res handle.Resource[rkeyState] // embedded: a key is one allocation
-	ep  *Endpoint                  // for Region; holds no UCX reference
+	// Its own allocation, not embedded: a request in flight holds it, and
+	// through an embedded one would hold the RemoteKey, its Endpoint and
+	// that endpoint's Worker, whose cleanup then never ran (a worker
+	// dropped with a request in flight was never released).
+	res *handle.Resource[rkeyState]
+	ep  *Endpoint // for Region; holds no UCX reference
 
 	// The peer's mapping, for a key from UnpackRegion (set before the key
 	// is returned, read-only after).
@@ -399,8 +403,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 		return nil, explainRkeyRefusal(err, packed)
 	}
 	rk := &RemoteKey{ep: ep}
-	rk.res.State = rkeyState{ep.w.res, ep.id, c}
-	rk.res.Init(ep.w.res, releaseRkey)
+	rk.res = handle.New(ep.w.res, releaseRkey, rkeyState{ep.w.res, ep.id, c})
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
 }
@@ -418,6 +421,6 @@ func wireupError(op string, err error) error {
 
 // Close destroys the remote key once no operation in flight uses it.
 func (rk *RemoteKey) Close() error {
-	handle.CloseFinalized(rk, &rk.res)
+	handle.CloseFinalized(rk, rk.res)
 	return nil
 }

@@ -196,3 +196,54 @@ func TestZeroRequest(t *testing.T) {
 	assert.False(t, req.Done())
 	req.Detach()
 }
+
+// A whole client dropped without any Close while its request is in flight
+// (the peer alive and progressed): context, worker, endpoint and key are
+// released by the collector and the drain. They stayed for good: the
+// request held the key, the key its endpoint, the endpoint its worker, so
+// the worker's cleanup never ran.
+func TestDroppedClientWithRequestInFlightIsReleased(t *testing.T) {
+	for _, op := range []string{"put", "get", "detached get"} {
+		t.Run(op, func(t *testing.T) {
+			server := newContext(t, ucp.WithConfig("TLS", "tcp"))
+			sw, err := server.NewWorker()
+			require.NoError(t, err)
+			defer sw.Close()
+			runWorker(t, sw)
+			mem, err := server.Allocate(1 << 16)
+			require.NoError(t, err)
+			defer mem.Close()
+			packed, err := mem.PackRegion()
+			require.NoError(t, err)
+			addr, err := sw.PackAddress()
+			require.NoError(t, err)
+			base := settleHandles()
+
+			func() {
+				ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
+				require.NoError(t, err)
+				w, err := ctx.NewWorker()
+				require.NoError(t, err)
+				ep, err := w.ConnectWorker(addr)
+				require.NoError(t, err)
+				region, err := ep.UnpackRegion(waitCtx(t), packed)
+				require.NoError(t, err)
+				var req ucp.Request
+				if op == "put" {
+					req, err = region.Put(make([]byte, 64), 0)
+				} else {
+					req, err = region.Get(make([]byte, 64), 0)
+				}
+				require.NoError(t, err)
+				if op == "detached get" {
+					req.Detach()
+				}
+			}()
+			deadline := time.Now().Add(20 * time.Second)
+			for settleHandles() != base && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.Equal(t, base, ucs.LiveHandles(), "the dropped client is released")
+		})
+	}
+}

@@ -128,7 +128,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
 	}
 	ep.w.mu.Unlock()
-	req := newRequest(ep.w, r, op, pin, mem, &rkey.res)
+	req := newRequest(ep.w, r, op, pin, mem, rkey.res)
 	if !put && r.P != nil {
 		fl := &req.p.fl
 		fl.gets = ep.res.State.gets
