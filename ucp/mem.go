@@ -377,6 +377,13 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 // configuration of the moment, and a key unpacked before wire-up changes
 // that configuration made UCX abort the process at the first put or get
 // (an assertion in proto_select.c, 13 of 18 runs on 1.18.1).
+//
+// The bytes are checked in Go first, but a bare UCX key has no length and
+// no checksum: damage that still parses (an MD map changed in two bits,
+// say) can hand a part to the wrong reader, whose failure UCX's cleanup
+// turns into a crash (README, "Not guaranteed"). Keys from this binding
+// travel safer as packed regions (Mem.PackRegion, UnpackRegion), which
+// carry a checksum.
 func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*RemoteKey, error) {
 	const op = "ucp: unpack rkey"
 	if len(packed) == 0 {
