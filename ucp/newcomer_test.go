@@ -177,17 +177,23 @@ func closeInNaturalOrder(t *testing.T, peerErr bool) {
 // UnpackRemoteKey. A flip in the System V part's segment id made UCX fail
 // its attach and crash (SIGSEGV, 2 of 4 runs under -race; issue 12, item
 // 0), and one in a size byte moved the System V reader onto other bytes
-// (SIGSEGV 20 of 20). Every bit of the whole key is flipped in turn, for
-// a key of shared memory (System V) and one of registered Go memory: each
-// must give a key or an error, never a crash.
+// (SIGSEGV 20 of 20); one in a posix part's segment id made UCX's posix
+// reader fail and crash the same way. Every bit of the whole key is
+// flipped in turn, for keys of System V and posix shared memory and one of
+// registered Go memory: each must give a key or an error, never a crash.
 func TestFlippedBitInPeerKey(t *testing.T) {
 	runRounds(t, "TestFlippedBitInPeerKeyOnce", 4, 3)
 }
 
-func TestFlippedBitInPeerKeyOnce(t *testing.T) { repeatInChild(t, flipEveryBitOfKey) }
+func TestFlippedBitInPeerKeyOnce(t *testing.T) {
+	repeatInChild(t, func(t *testing.T) {
+		flipEveryBitOfKey(t, "md:sysv")
+		flipEveryBitOfKey(t, "md:posix")
+	})
+}
 
-func flipEveryBitOfKey(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("ALLOC_PRIO", "md:sysv"))
+func flipEveryBitOfKey(t *testing.T, allocPrio string) {
+	ctx := newContext(t, ucp.WithConfig("ALLOC_PRIO", allocPrio))
 	server, err := ctx.NewWorker()
 	require.NoError(t, err)
 	defer server.Close()

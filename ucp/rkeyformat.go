@@ -35,10 +35,11 @@ var rkeyPadding = func() (p [255]byte) {
 
 // rkeyLocal is what checkRkey needs from this machine's memory domains.
 type rkeyLocal struct {
-	maxRkey  int       // largest rkey_packed_size: no local reader takes more (posix: plus a string)
-	posix    bool      // a posix MD exists, whose reader asserts on a zero length
-	sysvSize int       // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
-	packs    [256]bool // the rkey_packed_size of each local MD
+	maxRkey   int       // largest rkey_packed_size: no local reader takes more (posix: plus a string)
+	posix     bool      // a posix MD exists, whose reader asserts on a zero length
+	sysvSize  int       // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
+	posixSize int       // the posix MD's rkey_packed_size, 0 if none
+	packs     [256]bool // the rkey_packed_size of each local MD
 }
 
 var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
@@ -58,6 +59,9 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 		l.posix = l.posix || r.Component == "posix"
 		if r.Component == "sysv" {
 			l.sysvSize = r.Attr.RkeyPackedSize
+		}
+		if r.Component == "posix" {
+			l.posixSize = r.Attr.RkeyPackedSize
 		}
 	}
 	return l, nil
@@ -119,6 +123,14 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 		// tried: UCX's posix reader maps the length the key claims, and a
 		// damaged length made its memory hooks spin on the unmap.
 		if local.sysvSize > 0 && len(key) == local.sysvSize && !sysvSegmentExists(binary.LittleEndian.Uint32(key)) {
+			mdMap &^= 1 << md
+			return nil
+		}
+		// Likewise a posix part (the local posix MD's size) naming no
+		// file here, or claiming more than the file holds (see
+		// posixSegmentFits). An xpmem part of the same size (24 bytes,
+		// where posix's directory is /dev/shm) would be dropped too.
+		if local.posixSize >= wire.PosixRkeyFixed && len(key) == local.posixSize && !posixSegmentFits(key) {
 			mdMap &^= 1 << md
 			return nil
 		}

@@ -212,8 +212,8 @@ func TestSanitizedRkeyLayout(t *testing.T) {
 		kept := byMD(k)
 		for md, want := range byMD(ok) {
 			if _, in := kept[md]; !in {
-				assert.Equal(t, local.sysvSize, len(want),
-					"%s: md %d (%d bytes) dropped, but it is no System V part", r.name, md, len(want))
+				assert.Contains(t, []int{local.sysvSize, local.posixSize}, len(want),
+					"%s: md %d (%d bytes) dropped, but it is no System V or posix part", r.name, md, len(want))
 			}
 		}
 		assert.Zero(t, k.mdMap&^ok.mdMap, "%s: no part added", r.name)
@@ -471,4 +471,45 @@ func byMD(k *packedRkey) map[int][]byte {
 		i++
 	}
 	return out
+}
+
+// posixSegmentFits finds the file of a live posix allocation's key, and
+// not the file of a key with a flipped segment-id bit or a length past
+// the file.
+func TestPosixSegmentFits(t *testing.T) {
+	local, err := rkeyLocalInfo()
+	require.NoError(t, err)
+	if local.posixSize < wire.PosixRkeyFixed {
+		t.Skip("no posix memory domain here")
+	}
+	ctx, err := NewContext(WithConfig("TLS", "posix,self"), WithConfig("ALLOC_PRIO", "md:posix"))
+	require.NoError(t, err)
+	defer ctx.Close()
+	mem, err := ctx.Allocate(8192)
+	require.NoError(t, err)
+	defer mem.Close()
+	packed, err := mem.PackRemoteKey()
+	require.NoError(t, err)
+	var part []byte
+	_, err = walkRkey(packed, func(_, _ int, k []byte) error {
+		if len(k) == local.posixSize {
+			part = bytes.Clone(k)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotNil(t, part, "a posix part in %x", packed)
+	require.True(t, posixSegmentFits(part), "the live segment is found")
+	// High bits of the id's pid and descriptor fields (procfs form) or of
+	// the shm_open id: a name nothing here has. (A flipped low bit may name
+	// another process's descriptor, which exists: UCX would map it, as it
+	// maps any existing file a key names; see the README.)
+	for _, bit := range []int{22, 25, 29, 50, 55, 59} {
+		flipped := bytes.Clone(part)
+		flipped[bit/8] ^= 1 << (bit % 8)
+		assert.False(t, posixSegmentFits(flipped), "segment id bit %d flipped", bit)
+	}
+	long := bytes.Clone(part)
+	binary.LittleEndian.PutUint64(long[wire.PosixLengthOffset:], binary.LittleEndian.Uint64(part[wire.PosixLengthOffset:])+1<<20)
+	assert.False(t, posixSegmentFits(long), "a length past the file")
 }
