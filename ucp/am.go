@@ -112,6 +112,7 @@ type AMMessage struct {
 	desc     unsafe.Pointer
 	reply    *Endpoint
 	consumed bool
+	queued   bool // a queue took it, with its rendezvous data: dispatch leaves it
 }
 
 // Len is the payload length (also of a rendezvous message).
@@ -231,7 +232,9 @@ func (w *Worker) dispatch(msgs []amMessage) {
 		if h != nil {
 			h.fn(msg)
 		}
-		msg.Drop()
+		if !msg.queued {
+			msg.Drop()
+		}
 	}
 	clear(msgs)
 	w.mu.Lock()
@@ -279,19 +282,17 @@ func (w *Worker) OpenAMQueue(id AMID) (*AMQueue, error) {
 	return q, nil
 }
 
-// push runs in dispatch: the queue keeps the message, with its rendezvous
-// data (dispatch's Drop then leaves that to the copy).
+// push runs in dispatch: the queue keeps the message (dispatch's own
+// allocation), with its rendezvous data.
 func (q *AMQueue) push(m *AMMessage) {
-	kept := new(AMMessage)
-	*kept = *m
-	m.consumed = true
+	m.queued = true
 	q.mu.Lock()
 	if q.closed.Load() {
 		q.mu.Unlock()
-		kept.Drop()
+		m.Drop()
 		return
 	}
-	q.msgs = append(q.msgs, kept)
+	q.msgs = append(q.msgs, m)
 	q.queued.Add(1)
 	q.mu.Unlock()
 	if q.w.waiters.Load() > 0 {
