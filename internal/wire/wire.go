@@ -43,6 +43,40 @@ func CheckPosixRkey(b []byte) error {
 	return nil
 }
 
+// The posix segment id: flags in bits 60-63, the rest an id, which in the
+// procfs form is a pid (low 30 bits) and a file descriptor of that process
+// (next 30 bits).
+const (
+	posixSegFlagHugeTLB = 1 << 61
+	posixSegFlagPidNS   = 1 << 60
+	posixSegFlagsMask   = PosixSegFlagProcfs | PosixSegFlagShmOpen | posixSegFlagHugeTLB | posixSegFlagPidNS
+	posixProcfsBits     = 30
+)
+
+// PosixSegmentPath is the file a posix rkey (at least PosixRkeyFixed
+// bytes) names, as UCX's posix reader opens it, and the length it claims:
+// /proc/PID/fd/FD, /dev/shm/ucx_shm_posix_ID, or DIR/ucx_shm_posix_ID for
+// the directory the key carries. ok is false for a file-backed key without
+// a NUL-terminated directory.
+func PosixSegmentPath(key []byte) (path string, length uint64, ok bool) {
+	seg := binary.LittleEndian.Uint64(key)
+	length = binary.LittleEndian.Uint64(key[PosixLengthOffset:])
+	id := seg &^ posixSegFlagsMask
+	switch {
+	case seg&PosixSegFlagProcfs != 0:
+		const mask = 1<<posixProcfsBits - 1
+		return fmt.Sprintf("/proc/%d/fd/%d", id&mask, id>>posixProcfsBits&mask), length, true
+	case seg&PosixSegFlagShmOpen != 0:
+		return fmt.Sprintf("/dev/shm/ucx_shm_posix_%x", id), length, true
+	}
+	dir := key[PosixRkeyFixed:]
+	end := bytes.IndexByte(dir, 0)
+	if end < 1 {
+		return "", 0, false
+	}
+	return fmt.Sprintf("%s/ucx_shm_posix_%x", dir[:end], id), length, true
+}
+
 // The packed rkey of ucp_rkey_pack (ucp_rkey_pack_memh, src/ucp/core/
 // ucp_rkey.c), host byte order, with no length, version or checksum:
 //
