@@ -380,8 +380,9 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 //
 // The bytes are checked in Go first, but a bare UCX key has no length and
 // no checksum: damage that still parses (an MD map changed in two bits,
-// say) can hand a part to the wrong reader, whose failure UCX's cleanup
-// turns into a crash (README, "Not guaranteed"). Keys from this binding
+// say) can hand a part to the wrong reader, whose failure UCX 1.16 to 1.18
+// turn into a crash while cleaning up (README, "Not guaranteed"; 1.19 and
+// later return the error). Keys from this binding
 // travel safer as packed regions (Mem.PackRegion, UnpackRegion), which
 // carry a checksum.
 func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*RemoteKey, error) {

@@ -176,21 +176,22 @@ func closeInNaturalOrder(t *testing.T, peerErr bool) {
 // TestFlippedBitInPeerKey: one bit flipped in a peer's packed key, then
 // UnpackRemoteKey. A flip in the System V part's segment id made UCX fail
 // its attach and crash (SIGSEGV, 2 of 4 runs under -race; issue 12, item
-// 0), and one in a size byte moved the System V reader onto other bytes
-// (SIGSEGV 20 of 20). Every bit of the whole key is flipped in turn, for
-// a key of System V shared memory and one of registered Go memory: each
-// must give a key or an error, never a crash.
+// 0), one in a size byte moved the System V reader onto other bytes
+// (SIGSEGV 20 of 20), and one setting the posix part's HUGETLB flag made
+// UCX refuse the mapping and then crash, or fail an assertion in
+// ucp_cleanup (pgtable.c:529), cleaning up the half-unpacked key. Every bit
+// of the whole key is flipped in turn, for keys of System V and of posix
+// shared memory and one of registered Go memory: each must give a key or
+// an error, never a crash.
 func TestFlippedBitInPeerKey(t *testing.T) {
 	runRounds(t, "TestFlippedBitInPeerKeyOnce", 4, 3)
 }
 
-// Keys of posix shared memory (ALLOC_PRIO md:posix) are not flipped here:
-// with the posix file check, no flip crashes the unpack any more, but a
-// flipped key that still names an existing file made UCX 1.18.1 fail an
-// assertion in ucp_cleanup (pgtable.c:529, round 4 of 8 under -race), an
-// open item of issue 12.
 func TestFlippedBitInPeerKeyOnce(t *testing.T) {
-	repeatInChild(t, func(t *testing.T) { flipEveryBitOfKey(t, "md:sysv") })
+	repeatInChild(t, func(t *testing.T) {
+		flipEveryBitOfKey(t, "md:sysv")
+		flipEveryBitOfKey(t, "md:posix")
+	})
 }
 
 func flipEveryBitOfKey(t *testing.T, allocPrio string) {

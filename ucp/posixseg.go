@@ -3,21 +3,55 @@ package ucp
 import (
 	"os"
 
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/wire"
+	"github.com/ucxgo/ucx/ucs"
 )
 
-// posixSegmentFits reports whether the file a posix rkey names exists here
-// and holds the length the key claims (one stat, no open). UCX's posix
-// reader opens and maps whatever the key names; when the open fails, its
-// cleanup of the half-unpacked key crashed (SIGSEGV at 0x8, UCX 1.18.1,
-// one flipped bit of the segment id), and a length past the file made its
-// memory hooks spin on the unmap. key is at least wire.PosixRkeyFixed
-// bytes.
-func posixSegmentFits(key []byte) bool {
+// posixSegmentAttaches reports whether UCX's posix reader maps the segment
+// a posix rkey (at least wire.PosixRkeyFixed bytes) names. The file must
+// exist here and hold the length the key claims (a stat first: UCX maps
+// the length the key claims, and a length past the file made its memory
+// hooks spin on the unmap); then the posix component's own unpack maps a
+// copy and releases it at once, which catches what a stat cannot: a
+// HUGETLB flag UCX refuses to map, a file this user may not open.
+//
+// Why a part must not fail inside ucp_ep_rkey_unpack: UCX 1.16 to 1.18,
+// when one part's unpack fails, release every part of the half-built key,
+// the failed and the unread ones included, with handles never set
+// (SIGSEGV at 0x8 or 0x38, or a munmap of garbage and a corrupted cache
+// that failed an assertion in ucp_cleanup, pgtable.c:529; measured on
+// 1.18.1). 1.19 and later release only the parts unpacked
+// (ucp_rkey.c, "Keep md_map consistent with tl_rkey") and return the
+// error; a dropped part is the same answer on every release.
+func posixSegmentAttaches(posix cgo.Component, key []byte) bool {
 	path, length, ok := wire.PosixSegmentPath(key)
 	if !ok {
 		return false
 	}
 	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && uint64(fi.Size()) >= length
+	if err != nil || !fi.Mode().IsRegular() || uint64(fi.Size()) < length {
+		return false
+	}
+	trial, st := posix.UnpackRemoteKey(key)
+	if st != 0 {
+		return false
+	}
+	posix.ReleaseRkey(trial)
+	return true
+}
+
+// findComponent is libuct's component of that name.
+func findComponent(name string) (cgo.Component, error) {
+	list, st := cgo.Components()
+	if err := errs.Status(ucs.Status(st), "ucp: query uct components"); err != nil {
+		return cgo.Component{}, err
+	}
+	for _, c := range list {
+		if info, st := c.Query(); st == 0 && info.Name == name {
+			return c, nil
+		}
+	}
+	return cgo.Component{}, errs.New("ucp: query uct components", ucs.ErrNoDevice, "no %q component, though a memory domain of it was probed", name)
 }

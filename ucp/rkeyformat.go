@@ -3,12 +3,13 @@ package ucp
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/ucxgo/ucx/internal/errs"
-	"github.com/ucxgo/ucx/internal/wire"
 	"math/bits"
 	"slices"
 	"sync"
 
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/internal/wire"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -35,11 +36,12 @@ var rkeyPadding = func() (p [255]byte) {
 
 // rkeyLocal is what checkRkey needs from this machine's memory domains.
 type rkeyLocal struct {
-	maxRkey   int       // largest rkey_packed_size: no local reader takes more (posix: plus a string)
-	posix     bool      // a posix MD exists, whose reader asserts on a zero length
-	sysvSize  int       // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
-	posixSize int       // the posix MD's rkey_packed_size, 0 if none
-	packs     [256]bool // the rkey_packed_size of each local MD
+	maxRkey   int           // largest rkey_packed_size: no local reader takes more (posix: plus a string)
+	posix     bool          // a posix MD exists, whose reader asserts on a zero length
+	sysvSize  int           // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
+	posixSize int           // the posix MD's rkey_packed_size, 0 if none
+	posixCmpt cgo.Component // the posix component, when posixSize > 0
+	packs     [256]bool     // the rkey_packed_size of each local MD
 }
 
 var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
@@ -62,6 +64,11 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 		}
 		if r.Component == "posix" {
 			l.posixSize = r.Attr.RkeyPackedSize
+		}
+	}
+	if l.posixSize > 0 {
+		if l.posixCmpt, err = findComponent("posix"); err != nil {
+			return rkeyLocal{}, err
 		}
 	}
 	return l, nil
@@ -126,11 +133,11 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 			mdMap &^= 1 << md
 			return nil
 		}
-		// Likewise a posix part (the local posix MD's size) naming no
-		// file here, or claiming more than the file holds (see
-		// posixSegmentFits). An xpmem part of the same size (24 bytes,
-		// where posix's directory is /dev/shm) would be dropped too.
-		if local.posixSize >= wire.PosixRkeyFixed && len(key) == local.posixSize && !posixSegmentFits(key) {
+		// Likewise a posix part (the local posix MD's size) that UCX's
+		// posix reader would fail to map (see posixSegmentAttaches). An
+		// xpmem part of the same size (24 bytes, where posix's directory
+		// is /dev/shm) would be dropped too.
+		if local.posixSize >= wire.PosixRkeyFixed && len(key) == local.posixSize && !posixSegmentAttaches(local.posixCmpt, key) {
 			mdMap &^= 1 << md
 			return nil
 		}

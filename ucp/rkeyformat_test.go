@@ -473,10 +473,12 @@ func byMD(k *packedRkey) map[int][]byte {
 	return out
 }
 
-// posixSegmentFits finds the file of a live posix allocation's key, and
-// not the file of a key with a flipped segment-id bit or a length past
-// the file.
-func TestPosixSegmentFits(t *testing.T) {
+// posixSegmentAttaches takes a live posix allocation's key, and not one
+// with a flipped segment-id bit, a length past the file, or the HUGETLB
+// flag set on a segment of normal pages (the flip that made UCX 1.18.1's
+// cleanup of the failed unpack crash: its mmap refuses it, the file is
+// there).
+func TestPosixSegmentAttaches(t *testing.T) {
 	local, err := rkeyLocalInfo()
 	require.NoError(t, err)
 	if local.posixSize < wire.PosixRkeyFixed {
@@ -499,7 +501,7 @@ func TestPosixSegmentFits(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NotNil(t, part, "a posix part in %x", packed)
-	require.True(t, posixSegmentFits(part), "the live segment is found")
+	require.True(t, posixSegmentAttaches(local.posixCmpt, part), "the live segment is found")
 	// High bits of the id's pid and descriptor fields (procfs form) or of
 	// the shm_open id: a name nothing here has. (A flipped low bit may name
 	// another process's descriptor, which exists: UCX would map it, as it
@@ -507,9 +509,12 @@ func TestPosixSegmentFits(t *testing.T) {
 	for _, bit := range []int{22, 25, 29, 50, 55, 59} {
 		flipped := bytes.Clone(part)
 		flipped[bit/8] ^= 1 << (bit % 8)
-		assert.False(t, posixSegmentFits(flipped), "segment id bit %d flipped", bit)
+		assert.False(t, posixSegmentAttaches(local.posixCmpt, flipped), "segment id bit %d flipped", bit)
 	}
 	long := bytes.Clone(part)
 	binary.LittleEndian.PutUint64(long[wire.PosixLengthOffset:], binary.LittleEndian.Uint64(part[wire.PosixLengthOffset:])+1<<20)
-	assert.False(t, posixSegmentFits(long), "a length past the file")
+	assert.False(t, posixSegmentAttaches(local.posixCmpt, long), "a length past the file")
+	huge := bytes.Clone(part)
+	huge[7] ^= 1 << 5 // segment id bit 61, HUGETLB
+	assert.False(t, posixSegmentAttaches(local.posixCmpt, huge), "HUGETLB flag on a segment of normal pages")
 }
