@@ -287,7 +287,7 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 	if ready.endOnClose && w.res.Closing() {
 		return nil // Run and Wait: the worker's Close wakes them to end
 	}
-	return w.sleep(ctx, &w.mu, ready)
+	return w.sleep(ctx, ready)
 }
 
 func (r waitReady) name() string {

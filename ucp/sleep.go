@@ -8,17 +8,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// sleeper is how a worker's waits sleep between progress rounds: on a
-// duplicate of the worker's event fd in Go's netpoller, one goroutine at a
-// time (the poller), the others on a channel the poller closes when it
-// wakes, each sleep bounded by a guard tick and ended by its ctx.
+// sleeper is the engine's state for how a worker's waits sleep between
+// progress rounds: on a duplicate of the worker's event fd in Go's
+// netpoller, one goroutine at a time (the poller), the others on a channel
+// the poller closes when it wakes, each sleep bounded by a guard tick and
+// ended by its ctx.
 type sleeper struct {
-	c       cgo.Worker
 	efd     *os.File // a duplicate of ucp_worker_get_efd, in Go's netpoller
 	rc      syscall.RawConn
 	waiters atomic.Int32 // goroutines in sleep: progress signals the fd for them
@@ -44,9 +43,9 @@ type sleeper struct {
 
 // openEventFD puts a duplicate of the worker's event fd in Go's netpoller,
 // so a sleeping worker costs no thread and no CPU.
-func (s *sleeper) openEventFD() error {
+func (e *engine) openEventFD() error {
 	const op = "ucp: worker event fd"
-	fd, st := s.c.EventFD()
+	fd, st := e.c.EventFD()
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
@@ -59,18 +58,19 @@ func (s *sleeper) openEventFD() error {
 		syscall.Close(dup)
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
-	s.efd = os.NewFile(uintptr(dup), "ucp-worker-efd")
-	if s.rc, err = s.efd.SyscallConn(); err != nil {
-		s.efd.Close()
+	e.efd = os.NewFile(uintptr(dup), "ucp-worker-efd")
+	if e.rc, err = e.efd.SyscallConn(); err != nil {
+		e.efd.Close()
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
 	return nil
 }
 
-// sleep arms the worker (mu serializes UCX calls on it) and sleeps until
-// its event fd fires, the guard ticks, or ctx is done, unless ready turns
-// true first. It allocates nothing for a ctx without a Done channel.
-func (s *sleeper) sleep(ctx context.Context, mu *sync.Mutex, ready waitReady) error {
+// sleep arms the worker and sleeps until its event fd fires, the guard
+// ticks, or ctx is done, unless ready turns true first. It allocates
+// nothing for a ctx without a Done channel.
+func (e *engine) sleep(ctx context.Context, ready waitReady) error {
+	s := &e.sleeper
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)
 
@@ -101,9 +101,9 @@ func (s *sleeper) sleep(ctx context.Context, mu *sync.Mutex, ready waitReady) er
 		s.pollMu.Unlock()
 	}()
 
-	mu.Lock()
-	st := ucs.Status(s.c.Arm())
-	mu.Unlock()
+	e.mu.Lock()
+	st := ucs.Status(e.c.Arm())
+	e.mu.Unlock()
 	if st == ucs.ErrBusy {
 		return nil
 	}
@@ -156,19 +156,19 @@ func (s *sleeper) sleep(ctx context.Context, mu *sync.Mutex, ready waitReady) er
 	return nil
 }
 
-// init makes the sleeper's guard timer and the callbacks of its sleeps,
+// initSleeper makes the guard timer and the callbacks of the sleeps,
 // once, so that a sleep allocates nothing. Only the poller uses them.
-func (s *sleeper) init(c cgo.Worker) {
-	s.c = c
+func (e *engine) initSleeper() {
+	s := &e.sleeper
 	s.wake = make(chan struct{})
 	s.guard = time.AfterFunc(time.Hour, func() {
 		s.guardFired.Store(true)
-		s.c.Signal()
+		e.c.Signal()
 		s.signals.Done()
 	})
 	s.guard.Stop()
 	s.ctxSignal = func() {
-		s.c.Signal()
+		e.c.Signal()
 		s.signals.Done()
 	}
 	// The netpoller calls it before sleeping (false: sleep) and after the

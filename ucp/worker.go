@@ -105,8 +105,8 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	w := &Worker{ctx: c, spin: o.spin, eps: map[unsafe.Pointer]weak.Pointer[Endpoint]{}, handlers: map[AMID]*amHandler{}}
 	w.res = handle.New(c.res, releaseWorker, engine{c: cw, rndv: map[unsafe.Pointer]struct{}{}})
 	w.engine = &w.res.State
-	// In place: the sleeper's callbacks point into it.
-	w.sleeper.init(cw)
+	// In place: the sleeps' callbacks point into the engine.
+	w.initSleeper()
 	if err := w.openEventFD(); err != nil {
 		w.res.Close() // destroys the UCX worker
 		return nil, err
