@@ -124,11 +124,10 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 			return rkeyError("key %d: zero where a posix reader takes its segment length (UCX asserts on it)", i)
 		}
 		// A System V part naming no segment here (another host's segment,
-		// or a damaged key) is dropped: when UCX's own attach fails, its
-		// cleanup of the half-unpacked key crashes (SIGSEGV, UCX 1.18.1). A peer on another host loses nothing by it (this
-		// host's shared memory never reads its parts). Posix parts are not
-		// tried: UCX's posix reader maps the length the key claims, and a
-		// damaged length made its memory hooks spin on the unmap.
+		// or a damaged key) is dropped: when UCX's own attach fails, UCX
+		// 1.16 to 1.18 crash cleaning up the half-unpacked key (see
+		// posixSegmentAttaches). A peer on another host loses nothing by
+		// it: this host's shared memory never reads its parts.
 		if local.sysvSize > 0 && len(key) == local.sysvSize && !sysvSegmentExists(binary.LittleEndian.Uint32(key)) {
 			mdMap &^= 1 << md
 			return nil
