@@ -112,14 +112,17 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 	return ep, nil
 }
 
-// ConnectWorker creates an endpoint to the worker whose Address is addr.
-func (w *Worker) ConnectWorker(addr []byte, opts ...EndpointOption) (*Endpoint, error) {
+// ConnectWorker creates an endpoint to the worker whose PackAddress is
+// addr. A damaged address is refused (ucs.ErrInvalidParam) before UCX
+// reads it.
+func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: connect to worker address"
-	if len(addr) == 0 {
-		return nil, errs.New(op, ucs.ErrInvalidParam, "empty address")
+	raw, err := addr.unpack()
+	if err != nil {
+		return nil, err
 	}
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(addr, o.peerErr) })
+	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(raw, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr

@@ -194,6 +194,51 @@ func TestFlippedBitInPeerKeyOnce(t *testing.T) {
 	})
 }
 
+// TestFlippedBitInWorkerAddress: one bit flipped in a peer's worker
+// address, or the address cut short, then ConnectWorker. UCX reads its
+// address unchecked: flipped header bits aborted the process (address.c,
+// 1.18.1 and 1.22.0, 4 of 4) and one in a tcp address crashed it in
+// ucp_ep_create (3 of 4). Every damaged address is refused before UCX
+// reads it; the intact one, and its UCX bytes packed again, connect.
+func TestFlippedBitInWorkerAddress(t *testing.T) {
+	for _, tls := range []string{"posix,sysv,self", "tcp"} {
+		ctx := newContext(t, ucp.WithConfig("TLS", tls))
+		peerErr := ucp.WithPeerErrorHandling(tls == "tcp") // shared memory has none
+		server, err := ctx.NewWorker()
+		require.NoError(t, err)
+		client, err := ctx.NewWorker()
+		require.NoError(t, err)
+		addr, err := server.PackAddress()
+		require.NoError(t, err)
+		for i := range addr {
+			for bit := range 8 {
+				flipped := bytes.Clone(addr)
+				flipped[i] ^= 1 << bit
+				_, err := client.ConnectWorker(flipped)
+				require.ErrorIs(t, err, ucs.ErrInvalidParam, "%s: byte %d bit %d", tls, i, bit)
+			}
+			_, err := client.ConnectWorker(addr[:i])
+			require.ErrorIs(t, err, ucs.ErrInvalidParam, "%s: cut to %d bytes", tls, i)
+		}
+		raw := addr.UCX()
+		require.NotEmpty(t, raw)
+		assert.Equal(t, addr, ucp.WorkerAddressFromUCX(raw), "UCX bytes packed again")
+		bad := bytes.Clone(raw)
+		bad[0] |= 0x0e // an address format version UCX does not know
+		_, err = client.ConnectWorker(ucp.WorkerAddressFromUCX(bad))
+		require.ErrorIs(t, err, ucs.ErrInvalidParam)
+		assert.Contains(t, err.Error(), "address format version")
+		runWorker(t, server)
+		ep, err := client.ConnectWorker(ucp.WorkerAddressFromUCX(raw), peerErr)
+		require.NoError(t, err)
+		require.NoError(t, ep.Flush(waitCtx(t)))
+		closeEP(t, ep)
+		require.NoError(t, client.Close())
+		require.NoError(t, server.Close())
+		require.NoError(t, ctx.Close())
+	}
+}
+
 func flipEveryBitOfKey(t *testing.T, allocPrio string) {
 	ctx := newContext(t, ucp.WithConfig("ALLOC_PRIO", allocPrio))
 	server, err := ctx.NewWorker()

@@ -2,8 +2,9 @@ package ucp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
-	"github.com/ucxgo/ucx/internal/errs"
+	"hash/crc32"
 	"runtime"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -139,9 +141,62 @@ func (w *Worker) Stats() Stats {
 // Context is the worker's context.
 func (w *Worker) Context() *Context { return w.ctx }
 
-// WorkerAddress is a worker's packed address (ucp_worker_get_address),
-// for a peer's Worker.ConnectWorker. It is opaque bytes: send it as is.
+// WorkerAddress is a worker's packed address, for a peer's
+// Worker.ConnectWorker: UCX's address (ucp_worker_get_address) with a magic
+// before it and a CRC-32C after it. Send it as is. UCX's own address has no
+// length and no checksum, and UCX reads a damaged one without checking it:
+// one flipped bit of its header aborted the process (address.c, 1.18.1 and
+// 1.22.0), another crashed it inside ucp_ep_create, every release tried.
 type WorkerAddress []byte
+
+// The packed worker address: magic, UCX's address, CRC-32C of both.
+const (
+	addressMagic   = "UCXw"
+	addressCRCSize = 4
+)
+
+// UCX's address header: its low 4 bits are the address format version,
+// 0 (v1) or 1 (v2) in UCX 1.16 to 1.23; UCX aborts on any other.
+const (
+	addressVersionMask = 0x0f
+	addressVersionMax  = 1
+)
+
+// WorkerAddressFromUCX packs raw, the address a C peer got from
+// ucp_worker_get_address, for ConnectWorker. Only its header's version is
+// checked: the checksum added covers damage from here on, not before.
+func WorkerAddressFromUCX(raw []byte) WorkerAddress {
+	b := make([]byte, 0, len(addressMagic)+len(raw)+addressCRCSize)
+	b = append(append(b, addressMagic...), raw...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// UCX is UCX's own address inside a, for a C peer's ucp_ep_create; nil if
+// a is not a packed worker address.
+func (a WorkerAddress) UCX() []byte {
+	raw, err := a.unpack()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// unpack checks a and returns UCX's address inside it.
+func (a WorkerAddress) unpack() ([]byte, error) {
+	const op = "ucp: connect to worker address"
+	if len(a) <= len(addressMagic)+addressCRCSize || string(a[:len(addressMagic)]) != addressMagic {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a packed worker address (Worker.PackAddress, or WorkerAddressFromUCX for a C peer's)", len(a))
+	}
+	body, sum := a[:len(a)-addressCRCSize], binary.LittleEndian.Uint32(a[len(a)-addressCRCSize:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "checksum mismatch: the worker address was damaged")
+	}
+	raw := body[len(addressMagic):]
+	if v := raw[0] & addressVersionMask; v > addressVersionMax {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "address format version %d: UCX 1.16 to 1.23 pack 0 or 1, and abort on others", v)
+	}
+	return raw, nil
+}
 
 // PackAddress is the worker's packed address, for ConnectWorker on a peer.
 func (w *Worker) PackAddress() (WorkerAddress, error) {
@@ -151,12 +206,12 @@ func (w *Worker) PackAddress() (WorkerAddress, error) {
 	}
 	defer w.res.Exit()
 	w.mu.Lock()
-	addr, st := w.c.Address()
+	raw, st := w.c.Address()
 	w.mu.Unlock()
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
-	return addr, nil
+	return WorkerAddressFromUCX(raw), nil
 }
 
 // Progress runs one round of UCX progress and dispatches what it brought
