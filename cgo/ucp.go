@@ -158,6 +158,10 @@ func (w Worker) ClearAMHandler(id uint, h AMHandler) {
 	C.ucxgo_worker_clear_am_handler(w.p, C.unsigned(id), h.p)
 }
 
+// CoverAMIDs sets every 16-bit id of the worker's AM handler table to no
+// handler, in turn (one call per id, in C).
+func (w Worker) CoverAMIDs() Status { return Status(C.ucxgo_worker_cover_am_ids(w.p)) }
+
 // AMMessage is one received active message, copied out of C.
 type AMMessage struct {
 	ID       uint

@@ -340,6 +340,25 @@ void ucxgo_worker_clear_am_handler(ucxgo_worker_t *w, unsigned id,
     free(h);
 }
 
+ucs_status_t ucxgo_worker_cover_am_ids(ucxgo_worker_t *w)
+{
+    ucp_am_handler_param_t param;
+    ucs_status_t status;
+    unsigned id;
+
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB;
+    param.cb         = NULL;
+    for (id = 0; id <= UINT16_MAX; ++id) {
+        param.id = id;
+        status   = ucp_worker_set_am_recv_handler(w->worker, &param);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    return UCS_OK;
+}
+
 ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
                                size_t header_len, const void *data, size_t len,
                                ucp_mem_h memh, unsigned flags)

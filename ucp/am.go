@@ -72,7 +72,7 @@ func (h *amHandler) kind() string {
 }
 
 // ClearAMHandler removes the handler for id; later messages are dropped by
-// UCX. An id routed to an open AMQueue is refused (ucs.ErrAlreadyExists):
+// UCX (see SendAM). An id routed to an open AMQueue is refused (ucs.ErrAlreadyExists):
 // the queue's Close clears it.
 func (w *Worker) ClearAMHandler(id AMID) error {
 	return w.clearHandler("ucp: clear active-message handler", id, nil)
@@ -333,7 +333,7 @@ func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
 }
 
 // Close stops routing messages to the queue (later ones are dropped by
-// UCX, as with no handler), drops the rendezvous data of messages nobody
+// UCX, as with no handler: see SendAM), drops the rendezvous data of messages nobody
 // received, and wakes a waiting Receive, which returns ucs.ErrClosed.
 func (q *AMQueue) Close() error {
 	if q.closed.Swap(true) {

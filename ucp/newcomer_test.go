@@ -194,6 +194,60 @@ func TestFlippedBitInPeerKeyOnce(t *testing.T) {
 	})
 }
 
+// TestAMToWorkerWithoutHandler: active messages to ids the receiving
+// worker has no handler for (it never had one; the largest id; one past a
+// handler set later) are dropped, eager and rendezvous, and the worker
+// goes on serving. UCX 1.16 to 1.20 look the handler up by the peer's id
+// unchecked: a message to a worker that never had a handler crashed it
+// (SIGSEGV in ucp_am_handler, 20 of 20 runs on 1.18.1).
+func TestAMToWorkerWithoutHandler(t *testing.T) {
+	runRounds(t, "TestAMToWorkerWithoutHandlerOnce", 3, 2)
+}
+
+func TestAMToWorkerWithoutHandlerOnce(t *testing.T) {
+	repeatInChild(t, func(t *testing.T) {
+		for _, peerErr := range []bool{true, false} {
+			ctx := newContext(t)
+			host, err := ctx.NewWorker()
+			require.NoError(t, err)
+			defer host.Close()
+			client, err := ctx.NewWorker()
+			require.NoError(t, err)
+			defer client.Close()
+			runWorker(t, host)
+			addr, err := host.PackAddress()
+			require.NoError(t, err)
+			ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(peerErr))
+			require.NoError(t, err)
+			defer closeEP(t, ep)
+			// UCX answers a rendezvous message nobody handles with
+			// UCS_ERR_INVALID_PARAM at the sender (every release); an
+			// eager one is dropped.
+			send := func(id ucp.AMID, data []byte) {
+				req, err := ep.SendAM(id, []byte("h"), data, 0)
+				require.NoError(t, err)
+				if err := req.Wait(waitCtx(t)); err != nil {
+					require.ErrorIs(t, err, ucs.ErrInvalidParam, "id %d, %d bytes", id, len(data))
+					require.Greater(t, len(data), 1<<16, "an eager message failed")
+				}
+			}
+			for _, id := range []ucp.AMID{9, 65535} {
+				send(id, []byte("x"))
+				send(id, make([]byte, 1<<20)) // rendezvous
+			}
+			q, err := host.OpenAMQueue(3)
+			require.NoError(t, err)
+			defer q.Close()
+			send(9, []byte("x"))
+			send(3, []byte("served"))
+			msg, err := q.Receive(waitCtx(t))
+			require.NoError(t, err)
+			assert.Equal(t, "served", string(msg.Data))
+			require.NoError(t, ep.Flush(waitCtx(t)))
+		}
+	})
+}
+
 // TestFlippedBitInWorkerAddress: one bit flipped in a peer's worker
 // address, or the address cut short, then ConnectWorker. UCX reads its
 // address unchecked: flipped header bits aborted the process (address.c,

@@ -139,6 +139,10 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 
 // SendAM sends an active message with header and data to handler id on
 // the peer. The header is copied by UCX; data is pinned until completion.
+// A message to an id the peer has no handler or queue for is dropped
+// there, and its request completes, except a rendezvous one (large data),
+// whose request fails with ucs.ErrInvalidParam: UCX's answer on every
+// release.
 func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Request, error) {
 	p, pin := pinBytes(data)
 	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin, nil)

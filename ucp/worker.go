@@ -113,6 +113,20 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 		w.res.Close() // destroys the UCX worker
 		return nil, err
 	}
+	// UCX 1.16 to 1.20 look up the handler of an arriving active message by
+	// the id the peer sent, unchecked: a message to a worker that never had
+	// a handler crashed it (SIGSEGV in ucp_am_handler, 1.16.0, 1.18.1 and
+	// 1.19.1; an id past the table reads past it). 1.21 checks the id. A
+	// table of every id (1.5 MiB), each set empty through the API, makes
+	// UCX drop such messages, eager or rendezvous, as 1.21 does (a table
+	// grown by one call marks its entries unfit for rendezvous, and the
+	// sender of one got an error).
+	if c.features&FeatureAM != 0 && ucs.LoadedVersion().Minor <= 20 {
+		if err := errs.Status(ucs.Status(cw.CoverAMIDs()), op); err != nil {
+			w.res.Close()
+			return nil, err
+		}
+	}
 	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil
 }

@@ -93,6 +93,8 @@ ucs_status_t ucxgo_worker_set_am_handler(ucxgo_worker_t *w, unsigned id,
                                          ucxgo_am_handler_t **h_p);
 void ucxgo_worker_clear_am_handler(ucxgo_worker_t *w, unsigned id,
                                    ucxgo_am_handler_t *h);
+/* Sets every 16-bit id of the worker's AM handler table to no handler. */
+ucs_status_t ucxgo_worker_cover_am_ids(ucxgo_worker_t *w);
 ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w);
 
 /* listener */
