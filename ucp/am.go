@@ -18,8 +18,10 @@ import (
 // receiving worker takes the messages a peer sends with its id.
 type AMID uint16
 
-// AMHandler handles active messages of one id. It runs inside Progress on
-// the progressing goroutine and must not block (code that would wait, for
+// AMHandler handles active messages of one id. Handlers run one at a time,
+// in the order the messages arrived, on one of the goroutines progressing
+// the worker (Run, Progress, a blocking call), and must not block: while
+// one runs, no other message is dispatched (code that would wait, for
 // a lock, a channel or a Request, uses an AMQueue instead); it may send,
 // and may start the receive of rendezvous data (AMMessage.ReceiveInto).
 // msg may be kept, but rendezvous data not received by the time the
@@ -216,8 +218,34 @@ type amMessage struct {
 	Reply *Endpoint
 }
 
-// dispatch runs the handlers of messages taken from the shim's queue, then
-// gives the buffer back to the worker.
+// dispatchPending runs the handlers of the messages progress took, one
+// message at a time, in the order UCX delivered them, until none is left.
+// Only the goroutine progressLocked made the dispatcher calls it; other
+// goroutines that progress meanwhile (a handler that progresses the worker
+// included) leave their messages to it. Two dispatchers would run
+// handlers concurrently and deliver in either order (an AMQueue got 1 MiB
+// and 3 MiB messages swapped, 10 runs in 60, with Run and Receive both
+// progressing).
+func (w *Worker) dispatchPending() {
+	w.mu.Lock()
+	defer func() { // also when a handler panics: later messages still go
+		w.dispatching = false
+		w.mu.Unlock()
+	}()
+	for len(w.amPending) > 0 {
+		msgs := w.amPending
+		w.amPending, w.amSpare = w.amSpare, nil
+		w.mu.Unlock()
+		w.dispatch(msgs)
+		w.mu.Lock()
+		clear(msgs)
+		if w.amSpare == nil {
+			w.amSpare = msgs[:0]
+		}
+	}
+}
+
+// dispatch runs the handlers of msgs, without mu.
 func (w *Worker) dispatch(msgs []amMessage) {
 	for i := range msgs {
 		cm := &msgs[i]
@@ -236,12 +264,6 @@ func (w *Worker) dispatch(msgs []amMessage) {
 			msg.Drop()
 		}
 	}
-	clear(msgs)
-	w.mu.Lock()
-	if w.msgs == nil {
-		w.msgs = msgs[:0]
-	}
-	w.mu.Unlock()
 }
 
 // AMSendFlags tune SendAM.

@@ -3,6 +3,7 @@ package ucp_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -218,5 +219,101 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
 		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, 32), buf, "message %d", i)
+	}
+}
+
+// TestAMOrderWithSeveralProgressors: the receiving worker is progressed by
+// Run and by another goroutine at once (a Receive, a Wait, a Progress
+// loop: what a service does). Handlers still run one at a time, in the
+// order the messages were sent, and a queue hands them out in that order.
+// Two goroutines used to run their own batches' handlers concurrently: an
+// AMQueue got 1 MiB and 3 MiB messages swapped (10 of 60 runs), and 2,000
+// handler calls overlapped ~1,980 times with ~720 inversions.
+func TestAMOrderWithSeveralProgressors(t *testing.T) {
+	for _, tls := range []string{"posix,sysv,self", "tcp"} {
+		t.Run(tls, func(t *testing.T) {
+			ctx := newContext(t, ucp.WithConfig("TLS", tls))
+			server, err := ctx.NewWorker()
+			require.NoError(t, err)
+			defer server.Close()
+			client, err := ctx.NewWorker()
+			require.NoError(t, err)
+			defer client.Close()
+			addr, err := server.PackAddress()
+			require.NoError(t, err)
+			ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(tls == "tcp"))
+			require.NoError(t, err)
+			defer closeEP(t, ep)
+
+			const handled, queued ucp.AMID = 5, 6
+			var (
+				mu      sync.Mutex
+				seen    []uint32
+				inside  int
+				overlap int
+			)
+			require.NoError(t, server.SetAMHandler(handled, func(m *ucp.AMMessage) {
+				mu.Lock()
+				inside++
+				if inside > 1 {
+					overlap++
+				}
+				seen = append(seen, binary.LittleEndian.Uint32(m.Header))
+				mu.Unlock()
+				time.Sleep(10 * time.Microsecond) // long enough for another batch to come
+				mu.Lock()
+				inside--
+				mu.Unlock()
+			}))
+			q, err := server.OpenAMQueue(queued)
+			require.NoError(t, err)
+			defer q.Close()
+			runWorker(t, server)
+			stop := make(chan struct{})
+			progressed := make(chan struct{})
+			go func() { // the second progressor
+				defer close(progressed)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						server.Progress()
+					}
+				}
+			}()
+			defer func() { close(stop); <-progressed }()
+
+			send := func(id ucp.AMID, i uint32, data []byte) {
+				req, err := ep.SendAM(id, binary.LittleEndian.AppendUint32(nil, i), data, 0)
+				require.NoError(t, err)
+				require.NoError(t, req.Wait(waitCtx(t)))
+			}
+			const n = 1000
+			for i := range uint32(n) {
+				send(handled, i, nil)
+			}
+			require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n }, 20*time.Second, time.Millisecond)
+			mu.Lock()
+			for i, v := range seen {
+				require.Equal(t, uint32(i), v, "handler call %d", i)
+			}
+			assert.Zero(t, overlap, "handler calls that overlapped")
+			mu.Unlock()
+
+			sizes := []int{0, 1, 100, 8 << 10, 1 << 20, 3 << 20, 16}
+			for round := range 5 {
+				for i, size := range sizes {
+					send(queued, uint32(i), bytes.Repeat([]byte{byte(i)}, size))
+				}
+				for i, size := range sizes {
+					m, err := q.Receive(waitCtx(t))
+					require.NoError(t, err)
+					require.Equal(t, uint32(i), binary.LittleEndian.Uint32(m.Header), "round %d: message %d of %d bytes", round, i, size)
+					require.Equal(t, size, m.Len())
+					m.Drop()
+				}
+			}
+		})
 	}
 }

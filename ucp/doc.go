@@ -66,8 +66,10 @@
 // while the worker of the side that owns the memory progresses: the owner
 // (a host exporter in rkey mode) must run Worker.Run in a goroutine, or
 // block in Wait, for its peers' operations to finish. Active-message
-// handlers run inside Progress, on the progressing goroutine, and must not
-// block; code that waits for messages takes them from an AMQueue.
+// handlers run one at a time, in the order the messages arrived, on one of
+// the goroutines progressing the worker (Run, Progress, a blocking call),
+// and must not block; code that waits for messages takes them from an
+// AMQueue.
 //
 // # Errors
 //

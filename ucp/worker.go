@@ -83,7 +83,12 @@ type Worker struct {
 	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers  map[AMID]*amHandler
 	taken     []cgo.AMMessage // reused by progressLocked
-	msgs      []amMessage     // reused by dispatch, nil while one runs
+
+	// Active messages taken from the shim, in arrival order, for the one
+	// goroutine that runs handlers at a time (see dispatchPending).
+	amPending   []amMessage
+	amSpare     []amMessage // the dispatcher's buffer, reused
+	dispatching bool
 }
 
 // NewWorker creates a worker of the context.
@@ -230,15 +235,17 @@ func (w *Worker) PackAddress() (WorkerAddress, error) {
 
 // Progress runs one round of UCX progress and dispatches what it brought
 // (active messages to their handlers, endpoint errors); it returns the
-// number of events UCX reported.
+// number of events UCX reported. Handlers run one at a time, in the order
+// the messages arrived: while another goroutine runs handlers, it runs
+// these too, and Progress returns without waiting for them.
 func (w *Worker) Progress() (int, error) {
 	if !w.res.Enter() {
 		return 0, closedError("ucp: progress worker")
 	}
-	n, msgs := w.progressLocked(cgo.Request{}, 1)
+	n, dispatcher := w.progressLocked(cgo.Request{}, 1)
 	w.res.Exit()
-	if len(msgs) > 0 {
-		w.dispatch(msgs)
+	if dispatcher {
+		w.dispatchPending()
 	}
 	return n, nil
 }
@@ -250,27 +257,29 @@ func (w *Worker) progress() int { return w.spinOnce(cgo.Request{}, 1) }
 // then what every progress is followed by: messages dispatched,
 // completions noted, abandoned requests reaped.
 func (w *Worker) spinOnce(req cgo.Request, rounds uint) int {
-	n, msgs := w.progressLocked(req, rounds)
-	if len(msgs) > 0 {
-		w.dispatch(msgs)
+	n, dispatcher := w.progressLocked(req, rounds)
+	if dispatcher {
+		w.dispatchPending()
 	}
 	return n
 }
 
-func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage) {
+// progressLocked progresses the worker and appends the active messages
+// it brought to amPending; dispatcher is true when the caller is to run
+// them (no other goroutine is dispatching).
+func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher bool) {
 	w.mu.Lock()
-	n := int(w.c.Spin(req, max(rounds, 1)))
-	var msgs []amMessage
+	n = int(w.c.Spin(req, max(rounds, 1)))
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
-		// Both buffers are the worker's, reused: taken is used under mu
-		// only; msgs goes to dispatch, which gives it back.
+		// taken is the worker's, reused under mu.
 		w.taken = w.c.TakeAM(w.taken[:0])
-		msgs, w.msgs = w.msgs[:0], nil
+		first := len(w.amPending)
 		for _, m := range w.taken {
-			msgs = append(msgs, amMessage{AMMessage: m})
+			w.amPending = append(w.amPending, amMessage{AMMessage: m})
 		}
 		clear(w.taken)
+		msgs := w.amPending[first:]
 		for i := range msgs {
 			if msgs[i].Rndv {
 				// Rendezvous data lives in the worker until received or
@@ -299,6 +308,9 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage)
 	if c := w.c.Completions(); c != w.completed {
 		w.completed, woke = c, true
 	}
+	if len(w.amPending) > 0 && !w.dispatching {
+		w.dispatching, dispatcher = true, true
+	}
 	w.mu.Unlock()
 	// Outside mu: dropping what a reaped request held can release a remote
 	// key or an endpoint, whose release locks mu.
@@ -311,7 +323,7 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (int, []amMessage)
 	if woke && w.waiters.Load() > 0 {
 		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
 	}
-	return n, msgs
+	return n, dispatcher
 }
 
 // Wait blocks until the worker has made progress or ctx is done; the
