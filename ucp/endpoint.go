@@ -2,8 +2,8 @@ package ucp
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/ucxgo/ucx/internal/errs"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -126,7 +127,10 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 }
 
 // Connect creates a client-server endpoint to a Listener at addr
-// ("host:port").
+// ("host:port"). It does not wait: the connection request reaches the
+// listener, and the server's Accept returns, only while this worker is
+// progressed (Run in a goroutine, or a blocking call on the endpoint such
+// as Flush or UnpackRegion).
 func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error) {
 	op := fmt.Sprintf("ucp: connect to %s", addr)
 	ap, err := netip.ParseAddrPort(addr)
@@ -322,7 +326,8 @@ type ConnRequest struct {
 }
 
 // Accept waits for the next connection (bounded by ctx) and accepts it:
-// the common case. AcceptRequest is for a server that looks at the client
+// the common case. A client's request arrives only while the client's
+// worker is progressed (see Worker.Connect). AcceptRequest is for a server that looks at the client
 // first and may reject it. Both progress the listener's worker meanwhile,
 // and the Close of the listener or of its worker ends their wait with an
 // error wrapping ucs.ErrClosed.
@@ -357,6 +362,10 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
 		l.res.Exit()
 		if err != nil {
+			var e *ucs.Error
+			if errors.As(err, &e) && e.Err == ucs.ErrTimedOut {
+				e.Reason = "no connection request came (a client's request arrives only while the client's worker is progressed)"
+			}
 			return nil, err
 		}
 		if l.w.res.Closing() {

@@ -207,6 +207,10 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 		if kind == ucs.MemImported && ucs.Status(st) == ucs.ErrUnreachable {
 			e.Reason = "no local memory domain matches the descriptor's (no matching MD)"
 		}
+		if kind == ucs.MemAllocated && ucs.Status(st) == ucs.ErrNoMemory {
+			// Measured on 1.18.1: TLS tcp with ALLOC_PRIO md:posix.
+			e.Reason = "or no allocator of ALLOC_PRIO is loaded: UCX says out of memory also when the memory domains it names are not in use under UCX_TLS"
+		}
 		return nil, e
 	}
 	m.addr, m.n = base, size
@@ -311,7 +315,8 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 }
 
 // Close unmaps the memory once no operation in flight uses it, except that
-// a mapping whose key or descriptor was handed out (PackRemoteKey, Export)
+// a mapping whose key or descriptor was handed out (PackRemoteKey,
+// PackRegion, AppendRemoteKey, Export)
 // keeps its memory, pin and registration in its context's quarantine
 // (WithUnmapQuarantine, default DefaultUnmapQuarantine bytes, oldest
 // unmapped first) or until the context is released: UCX cannot revoke a

@@ -176,3 +176,13 @@ func TestExportImportEndToEnd(t *testing.T) {
 	assert.Equal(t, ucs.MemImported, imported.Kind())
 	assert.Equal(t, mem.Address(), imported.Address())
 }
+
+// TestAllocateWithoutItsAllocatorSaysWhy: an ALLOC_PRIO naming only memory
+// domains UCX_TLS leaves out makes UCX answer "out of memory"; the error
+// says what else that means.
+func TestAllocateWithoutItsAllocatorSaysWhy(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"), ucp.WithConfig("ALLOC_PRIO", "md:posix"))
+	_, err := ctx.Allocate(4096)
+	require.ErrorIs(t, err, ucs.ErrNoMemory)
+	assert.Contains(t, err.Error(), "ALLOC_PRIO")
+}

@@ -431,6 +431,7 @@ func TestAcceptTimeoutNamesAccept(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrTimedOut)
 	assert.Contains(t, err.Error(), "ucp: accept on listener "+l.Addr().String()+": ")
 	assert.NotContains(t, err.Error(), "wait on worker")
+	assert.Contains(t, err.Error(), "client's worker is progressed", "says what a newcomer's client forgot")
 }
 
 // TestCloseFlushWithSilentPeerSaysWhy: a flush close whose peer does not
