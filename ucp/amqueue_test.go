@@ -233,18 +233,8 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 func TestAMOrderWithSeveralProgressors(t *testing.T) {
 	for _, tls := range []string{"posix,sysv,self", "tcp"} {
 		t.Run(tls, func(t *testing.T) {
-			ctx := newContext(t, ucp.WithConfig("TLS", tls))
-			server, err := ctx.NewWorker()
-			require.NoError(t, err)
-			defer server.Close()
-			client, err := ctx.NewWorker()
-			require.NoError(t, err)
-			defer client.Close()
-			addr, err := server.PackAddress()
-			require.NoError(t, err)
-			ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(tls == "tcp"))
-			require.NoError(t, err)
-			defer closeEP(t, ep)
+			p := newPair(t, tls, tls == "tcp") // the server runs Run
+			server, ep := p.server, p.ep
 
 			const handled, queued ucp.AMID = 5, 6
 			var (
@@ -269,7 +259,6 @@ func TestAMOrderWithSeveralProgressors(t *testing.T) {
 			q, err := server.OpenAMQueue(queued)
 			require.NoError(t, err)
 			defer q.Close()
-			runWorker(t, server)
 			stop := make(chan struct{})
 			progressed := make(chan struct{})
 			go func() { // the second progressor

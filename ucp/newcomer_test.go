@@ -206,20 +206,9 @@ func TestAMToWorkerWithoutHandler(t *testing.T) {
 
 func TestAMToWorkerWithoutHandlerOnce(t *testing.T) {
 	repeatInChild(t, func(t *testing.T) {
-		for _, peerErr := range []bool{true, false} {
-			ctx := newContext(t)
-			host, err := ctx.NewWorker()
-			require.NoError(t, err)
-			defer host.Close()
-			client, err := ctx.NewWorker()
-			require.NoError(t, err)
-			defer client.Close()
-			runWorker(t, host)
-			addr, err := host.PackAddress()
-			require.NoError(t, err)
-			ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(peerErr))
-			require.NoError(t, err)
-			defer closeEP(t, ep)
+		for _, peerErr := range []bool{true, false} { // tcp, shared memory
+			p := newPair(t, "posix,sysv,self,tcp", peerErr)
+			host, ep := p.server, p.ep
 			// UCX answers a rendezvous message nobody handles with
 			// UCS_ERR_INVALID_PARAM at the sender (every release); an
 			// eager one is dropped.
