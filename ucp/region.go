@@ -67,11 +67,34 @@ func (r RemoteRegion) Key() *RemoteKey { return r.key }
 // posix reader).
 const (
 	regionMagic      = "UCXr"
-	regionHeaderSize = len(regionMagic) + 16
-	regionCRCSize    = 4
+	regionBounds     = 16 // the mapping's address and length
+	regionHeaderSize = len(regionMagic) + regionBounds
 )
 
+// The binding's sealed formats (packed regions, worker addresses): a
+// 4-byte magic, a body, and a CRC-32C (Castagnoli) of magic and body.
+const sealSize = 4
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal appends the CRC-32C of b.
+func seal(b []byte) []byte {
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// unseal checks that b is magic, at least minBody bytes of body and its
+// CRC-32C, and returns the body; errors name the format (noun) and its
+// packer (from).
+func unseal(op, magic, noun, from string, b []byte, minBody int) ([]byte, error) {
+	if len(b) < len(magic)+minBody+sealSize || string(b[:len(magic)]) != magic {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a %s (%s)", len(b), noun, from)
+	}
+	sealed, sum := b[:len(b)-sealSize], binary.LittleEndian.Uint32(b[len(b)-sealSize:])
+	if crc32.Checksum(sealed, castagnoli) != sum {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "checksum mismatch: the %s was damaged", noun)
+	}
+	return sealed[len(magic):], nil
+}
 
 // PackRegion packs the mapping's address, length and remote key, which
 // travel together, for the peer's Endpoint.UnpackRegion: the peer then
@@ -79,7 +102,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // are refused before any reaches UCX. It does not make a peer honest: a
 // peer may still craft any region for a key it holds (see RemoteKey.Region).
 func (m *Mem) PackRegion() ([]byte, error) {
-	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64))+regionCRCSize)
+	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64))+sealSize)
 	copy(b, regionMagic)
 	binary.LittleEndian.PutUint64(b[len(regionMagic):], m.Address())
 	binary.LittleEndian.PutUint64(b[len(regionMagic)+8:], uint64(m.Len()))
@@ -87,7 +110,7 @@ func (m *Mem) PackRegion() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+	return seal(b), nil
 }
 
 // UnpackRegion unpacks a region packed by the peer's Mem.PackRegion on
@@ -96,19 +119,16 @@ func (m *Mem) PackRegion() ([]byte, error) {
 // the region's Key when done.
 func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegion, error) {
 	const op = "ucp: unpack region"
-	if len(packed) < regionHeaderSize+regionCRCSize || string(packed[:len(regionMagic)]) != regionMagic {
-		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a packed region (Mem.PackRegion)", len(packed))
+	body, err := unseal(op, regionMagic, "packed region", "Mem.PackRegion", packed, regionBounds)
+	if err != nil {
+		return RemoteRegion{}, err
 	}
-	body, sum := packed[:len(packed)-regionCRCSize], binary.LittleEndian.Uint32(packed[len(packed)-regionCRCSize:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "checksum mismatch: the packed region was damaged")
-	}
-	base := binary.LittleEndian.Uint64(packed[len(regionMagic):])
-	n := binary.LittleEndian.Uint64(packed[len(regionMagic)+8:])
+	base := binary.LittleEndian.Uint64(body)
+	n := binary.LittleEndian.Uint64(body[8:])
 	if n > math.MaxInt || base+n < base {
 		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", n, base)
 	}
-	rk, err := ep.UnpackRemoteKey(ctx, body[regionHeaderSize:])
+	rk, err := ep.UnpackRemoteKey(ctx, body[regionBounds:])
 	if err != nil {
 		return RemoteRegion{}, err
 	}

@@ -2,9 +2,7 @@ package ucp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"runtime"
 	"strconv"
 	"time"
@@ -168,11 +166,8 @@ func (w *Worker) Context() *Context { return w.ctx }
 // 1.22.0), another crashed it inside ucp_ep_create, every release tried.
 type WorkerAddress []byte
 
-// The packed worker address: magic, UCX's address, CRC-32C of both.
-const (
-	addressMagic   = "UCXw"
-	addressCRCSize = 4
-)
+// The packed worker address is sealed (see seal) with this magic.
+const addressMagic = "UCXw"
 
 // UCX's address header: its low 4 bits are the address format version,
 // 0 (v1) or 1 (v2) in UCX 1.16 to 1.23; UCX aborts on any other.
@@ -182,16 +177,16 @@ const (
 )
 
 // WorkerAddressFromUCX packs raw, the address a C peer got from
-// ucp_worker_get_address, for ConnectWorker. Only its header's version is
-// checked: the checksum added covers damage from here on, not before.
+// ucp_worker_get_address, for ConnectWorker, which then checks only the
+// address's format version: the checksum added covers damage from here
+// on, not before.
 func WorkerAddressFromUCX(raw []byte) WorkerAddress {
-	b := make([]byte, 0, len(addressMagic)+len(raw)+addressCRCSize)
-	b = append(append(b, addressMagic...), raw...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b := make([]byte, 0, len(addressMagic)+len(raw)+sealSize)
+	return seal(append(append(b, addressMagic...), raw...))
 }
 
-// UCX is UCX's own address inside a, for a C peer's ucp_ep_create; nil if
-// a is not a packed worker address.
+// UCX is UCX's own address inside a (sharing a's bytes), for a C peer's
+// ucp_ep_create; nil if a is not a packed worker address.
 func (a WorkerAddress) UCX() []byte {
 	raw, err := a.unpack()
 	if err != nil {
@@ -203,14 +198,10 @@ func (a WorkerAddress) UCX() []byte {
 // unpack checks a and returns UCX's address inside it.
 func (a WorkerAddress) unpack() ([]byte, error) {
 	const op = "ucp: connect to worker address"
-	if len(a) <= len(addressMagic)+addressCRCSize || string(a[:len(addressMagic)]) != addressMagic {
-		return nil, errs.New(op, ucs.ErrInvalidParam, "%d bytes are not a packed worker address (Worker.PackAddress, or WorkerAddressFromUCX for a C peer's)", len(a))
+	raw, err := unseal(op, addressMagic, "packed worker address", "Worker.PackAddress, or WorkerAddressFromUCX for a C peer's", a, 1)
+	if err != nil {
+		return nil, err
 	}
-	body, sum := a[:len(a)-addressCRCSize], binary.LittleEndian.Uint32(a[len(a)-addressCRCSize:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, errs.New(op, ucs.ErrInvalidParam, "checksum mismatch: the worker address was damaged")
-	}
-	raw := body[len(addressMagic):]
 	if v := raw[0] & addressVersionMask; v > addressVersionMax {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "address format version %d: UCX 1.16 to 1.23 pack 0 or 1, and abort on others", v)
 	}
