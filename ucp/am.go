@@ -74,8 +74,8 @@ func (h *amHandler) kind() string {
 }
 
 // ClearAMHandler removes the handler for id; later messages are dropped by
-// UCX (see SendAM). An id routed to an open AMQueue is refused (ucs.ErrAlreadyExists):
-// the queue's Close clears it.
+// UCX (see SendAM). An id routed to an open AMQueue is refused
+// (ucs.ErrAlreadyExists): the queue's Close clears it.
 func (w *Worker) ClearAMHandler(id AMID) error {
 	return w.clearHandler("ucp: clear active-message handler", id, nil)
 }
@@ -355,8 +355,9 @@ func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
 }
 
 // Close stops routing messages to the queue (later ones are dropped by
-// UCX, as with no handler: see SendAM), drops the rendezvous data of messages nobody
-// received, and wakes a waiting Receive, which returns ucs.ErrClosed.
+// UCX, as with no handler: see SendAM), drops the rendezvous data of
+// messages nobody received, and wakes a waiting Receive, which returns
+// ucs.ErrClosed.
 func (q *AMQueue) Close() error {
 	if q.closed.Swap(true) {
 		return nil

@@ -316,8 +316,8 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 
 // Close unmaps the memory once no operation in flight uses it, except that
 // a mapping whose key or descriptor was handed out (PackRemoteKey,
-// PackRegion, AppendRemoteKey, Export)
-// keeps its memory, pin and registration in its context's quarantine
+// PackRegion, AppendRemoteKey, Export) keeps its memory, pin and
+// registration in its context's quarantine
 // (WithUnmapQuarantine, default DefaultUnmapQuarantine bytes, oldest
 // unmapped first) or until the context is released: UCX cannot revoke a
 // key, and a peer's put or get served from unmapped memory would crash this
