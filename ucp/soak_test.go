@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,9 +45,21 @@ func settledRSS(t *testing.T) int64 {
 	return rssBytes(t)
 }
 
+// The soak's bounds on resident memory, explained at TestSoak.
+const (
+	soakIntervals   = 20
+	soakMedianBound = 24 << 10
+	soakTotalBound  = 8 << 20
+)
+
 // Cycles of map / export attempt / rkey pack / unpack / put / unmap, with
-// UCX-allocated and registered Go memory in turn: resident memory must not
-// grow by 2 MiB after the warm-up, and every handle must be released.
+// UCX-allocated and registered Go memory in turn, every handle released.
+// A leak grows resident memory in every stretch of cycles, while a pool or
+// allocator arena that grows once (3 MiB at one point of a CI run on UCX
+// 1.16.0, flat before and after) does not. So the bound is on the median
+// growth of soakIntervals equal stretches (soakMedianBound, 240 bytes a
+// cycle at the default 2000 cycles), and the total only has to stay under
+// soakTotalBound.
 func TestSoak(t *testing.T) {
 	leakcheck.Goroutines(t)
 	cycles := 2000
@@ -103,21 +116,30 @@ func TestSoak(t *testing.T) {
 	for i := range warmup {
 		cycle(i)
 	}
+	interval := max(1, cycles/soakIntervals)
 	before := settledRSS(t)
+	last := before
+	var growths []int64
 	for i := warmup; i < warmup+cycles; i++ {
 		cycle(i)
-		if n := i - warmup + 1; n%max(1, cycles/10) == 0 { // the trend, for make soak -v
-			t.Logf("soak: after %d cycles RSS %d KiB", n, settledRSS(t)>>10)
+		if n := i - warmup + 1; n%interval == 0 {
+			rss := settledRSS(t)
+			growths = append(growths, rss-last)
+			last = rss
+			t.Logf("soak: after %d cycles RSS %d KiB (%+d KiB)", n, rss>>10, growths[len(growths)-1]>>10)
 		}
 	}
 	after := settledRSS(t)
-	growth := after - before
-	t.Logf("soak: %d cycles after %d warm-up cycles: RSS %d KiB -> %d KiB, growth %+d KiB; leaked handles %d",
-		cycles, warmup, before>>10, after>>10, growth>>10, ucs.LeakedHandles())
+	slices.Sort(growths)
+	median := growths[len(growths)/2]
+	t.Logf("soak: %d cycles after %d warm-up cycles: RSS %d KiB -> %d KiB, growth %+d KiB, median per %d cycles %+d KiB; leaked handles %d",
+		cycles, warmup, before>>10, after>>10, (after-before)>>10, interval, median>>10, ucs.LeakedHandles())
 	if raceDetector {
 		t.Log("soak: RSS not bounded under the race detector, whose shadow and sync memory grows by itself")
 	} else {
-		assert.Less(t, growth, int64(2<<20), "RSS grew by %d KiB over %d cycles", growth>>10, cycles)
+		assert.Less(t, median, int64(soakMedianBound),
+			"RSS grew in most stretches of %d cycles (median %+d KiB): a leak", interval, median>>10)
+		assert.Less(t, after-before, int64(soakTotalBound), "RSS grew by %d KiB over %d cycles", (after-before)>>10, cycles)
 	}
 	assert.Equal(t, base+4, ucs.LiveHandles(), "only the pair's context, two workers and endpoint are live")
 }
