@@ -6,6 +6,8 @@ package cgo
 // ucp_ep_rkey_unpack copies what it keeps: the key may live on the Go stack.
 #cgo noescape ucxgo_ep_rkey_unpack
 #cgo nocallback ucxgo_ep_rkey_unpack
+#cgo noescape ucxgo_ep_rkey_reader
+#cgo nocallback ucxgo_ep_rkey_reader
 */
 import "C"
 
@@ -14,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 )
 
@@ -350,6 +353,36 @@ func (e Endpoint) UnpackRemoteKey(buf []byte) (Rkey, Status) {
 
 // Destroy destroys the remote key.
 func (r Rkey) Destroy() { C.ucxgo_rkey_destroy(r.p) }
+
+// RkeyReader unpacks buf on e and destroys it again, reporting whether
+// ucp_rkey_ptr(key, 0) gave a local address and the 8 bytes there.
+func (e Endpoint) RkeyReader(buf []byte) (marker uint64, mapped bool, st Status) {
+	var m C.int
+	var mk C.uint64_t
+	st = Status(C.ucxgo_ep_rkey_reader(e.p, bytesPtr(buf), C.size_t(len(buf)), &m, &mk))
+	return uint64(mk), m != 0, st
+}
+
+// SysvSegment is a System V segment this process attached.
+type SysvSegment struct {
+	ID   int
+	addr unsafe.Pointer
+}
+
+// NewMarkedSysvSegment makes a one-page System V segment holding marker in
+// its first 8 bytes, marked for removal: it lives until Detach (or this
+// process's exit) and other attaches end.
+func NewMarkedSysvSegment(marker uint64) (SysvSegment, syscall.Errno) {
+	var p unsafe.Pointer
+	id := int(C.ucxgo_sysv_marked_segment(C.uint64_t(marker), &p))
+	if id < 0 {
+		return SysvSegment{}, syscall.Errno(-id)
+	}
+	return SysvSegment{ID: id, addr: p}, 0
+}
+
+// Detach detaches the segment (the kernel frees it at the last detach).
+func (s SysvSegment) Detach() { C.ucxgo_sysv_detach(s.addr) }
 
 // Put starts ucp_put_nbx of [buf, buf+n) to raddr.
 func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {

@@ -1,8 +1,11 @@
 /* C side of the UCP shims declared in include/ucxgo/ucp_shim.h. */
 #include "ucxgo/shim.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -701,6 +704,52 @@ ucxgo_result_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *e, const void *buf, size_t len)
 void ucxgo_rkey_destroy(ucp_rkey_h rkey)
 {
     ucp_rkey_destroy(rkey);
+}
+
+ucs_status_t ucxgo_ep_rkey_reader(ucxgo_ep_t *e, const void *buf, size_t len,
+                                  int *mapped, uint64_t *marker)
+{
+    ucp_rkey_h rkey = NULL;
+    void *local     = NULL;
+    ucs_status_t status;
+
+    *mapped = 0;
+    *marker = 0;
+    status  = ucp_ep_rkey_unpack(e->ep, buf, &rkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (ucp_rkey_ptr(rkey, 0, &local) == UCS_OK && local != NULL) {
+        *mapped = 1;
+        memcpy(marker, local, sizeof(*marker));
+    }
+    ucp_rkey_destroy(rkey);
+    return UCS_OK;
+}
+
+int ucxgo_sysv_marked_segment(uint64_t marker, void **addr)
+{
+    int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+    void *p;
+
+    if (id < 0) {
+        return -errno;
+    }
+    p = shmat(id, NULL, 0);
+    if (p == (void *)-1) {
+        int err = errno;
+        shmctl(id, IPC_RMID, NULL);
+        return -err;
+    }
+    memcpy(p, &marker, sizeof(marker));
+    shmctl(id, IPC_RMID, NULL);
+    *addr = p;
+    return id;
+}
+
+void ucxgo_sysv_detach(void *addr)
+{
+    shmdt(addr);
 }
 
 /* ---- RMA ---------------------------------------------------------------- */

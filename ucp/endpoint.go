@@ -72,6 +72,8 @@ type Endpoint struct {
 	// wiring: made through a listener, and no flush has completed on it
 	// yet, so its UCX configuration may still change (see UnpackRemoteKey).
 	wiring atomic.Bool
+
+	readers endpointReaders // which reader UCX gives each key part (rkeyreader.go)
 }
 
 // endpointIDs numbers endpoints (a C address can be reused by a later one).

@@ -383,22 +383,18 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 // that configuration made UCX abort the process at the first put or get
 // (an assertion in proto_select.c, 13 of 18 runs on 1.18.1).
 //
-// The bytes are checked in Go first, but a bare UCX key has no length and
-// no checksum: damage that still parses (an MD map changed in two bits,
-// say) can hand a part to the wrong reader, whose failure UCX 1.16 to 1.18
-// turn into a crash while cleaning up (README, "Not guaranteed"; 1.19 and
-// later return the error). Keys from this binding
-// travel safer as packed regions (Mem.PackRegion, UnpackRegion), which
-// carry a checksum.
+// The bytes are checked in Go before UCX reads them, and a part whose
+// shared-memory reader would fail to attach what it names is dropped (on
+// UCX 1.16 to 1.18 such a failure crashes UCX; the endpoint asks UCX which
+// reader each part meets, see the README's "Not guaranteed" for the
+// machines where it cannot). A bare UCX key has no checksum, so damage
+// that still parses can point the key at other memory; keys from this
+// binding travel safer as packed regions (Mem.PackRegion, UnpackRegion),
+// which carry one.
 func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*RemoteKey, error) {
 	const op = "ucp: unpack rkey"
 	if len(packed) == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty rkey")
-	}
-	var scratch [rkeyScratchSize]byte
-	padded, err := checkRkey(scratch[:0], packed)
-	if err != nil {
-		return nil, err
 	}
 	if ep.wiring.Load() {
 		if err := ep.Flush(ctx); err != nil {
@@ -409,6 +405,15 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 		return nil, err
 	}
 	defer ep.res.Exit()
+	readers, err := ep.readersFor(packed)
+	if err != nil {
+		return nil, err
+	}
+	var scratch [rkeyScratchSize]byte
+	padded, err := checkRkey(scratch[:0], packed, readers)
+	if err != nil {
+		return nil, err
+	}
 	ep.w.mu.Lock()
 	c, st := ep.c.UnpackRemoteKey(padded)
 	ep.w.mu.Unlock()

@@ -1,7 +1,9 @@
 package ucp
 
 import (
+	"encoding/binary"
 	"os"
+	"sync"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/errs"
@@ -27,7 +29,7 @@ import (
 // error; a dropped part is the same answer on every release.
 func posixSegmentAttaches(posix cgo.Component, key []byte) bool {
 	path, length, ok := wire.PosixSegmentPath(key)
-	if !ok {
+	if !ok || length == 0 { // UCX asserts the length is not zero
 		return false
 	}
 	fi, err := os.Stat(path)
@@ -41,6 +43,31 @@ func posixSegmentAttaches(posix cgo.Component, key []byte) bool {
 	posix.ReleaseRkey(trial)
 	return true
 }
+
+// sysvSegmentAttaches reports whether UCX's sysv reader attaches the
+// segment a sysv rkey (its u32 id first) names: the segment exists and
+// this process may read its attributes (shmctl IPC_STAT, no mapping), and
+// where a failed attach crashes UCX (1.16 to 1.18, rkeyFailureCrashes)
+// the sysv component's own unpack attaches it and detaches it at once,
+// which catches a segment readable but not writable here.
+func sysvSegmentAttaches(sysv cgo.Component, key []byte) bool {
+	if !sysvSegmentExists(binary.LittleEndian.Uint32(key)) {
+		return false
+	}
+	if !rkeyFailureCrashes() {
+		return true
+	}
+	trial, st := sysv.UnpackRemoteKey(key)
+	if st != 0 {
+		return false
+	}
+	sysv.ReleaseRkey(trial)
+	return true
+}
+
+// rkeyFailureCrashes: the loaded release turns a failed part of a key into
+// a crash (see posixSegmentAttaches), asked once.
+var rkeyFailureCrashes = sync.OnceValue(func() bool { return ucs.LoadedVersion().Minor <= 18 })
 
 // findComponent is libuct's component of that name.
 func findComponent(name string) (cgo.Component, error) {

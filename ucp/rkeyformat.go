@@ -41,6 +41,7 @@ type rkeyLocal struct {
 	sysvSize  int           // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
 	posixSize int           // the posix MD's rkey_packed_size, 0 if none
 	posixCmpt cgo.Component // the posix component, when posixSize > 0
+	sysvCmpt  cgo.Component // the sysv component, when sysvSize > 0
 	packs     [256]bool     // the rkey_packed_size of each local MD
 }
 
@@ -71,8 +72,28 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 			return rkeyLocal{}, err
 		}
 	}
+	if l.sysvSize > 0 {
+		if l.sysvCmpt, err = findComponent("sysv"); err != nil {
+			return rkeyLocal{}, err
+		}
+	}
 	return l, nil
 })
+
+// readerBySize is the reader a part of n bytes meets where the endpoint's
+// readers are not asked (UCX 1.19 and later return a reader's failure as
+// an error): the sysv or posix one for their sizes, which a part of another
+// MD can share (xpmem's 24 bytes are posix's where its directory is
+// /dev/shm; such a part is dropped when it names no posix segment here).
+func (l *rkeyLocal) readerBySize(n int) readerKind {
+	switch {
+	case l.sysvSize > 0 && n == l.sysvSize:
+		return readerSysv
+	case l.posixSize >= wire.PosixRkeyFixed && n == l.posixSize:
+		return readerPosix
+	}
+	return readerOther
+}
 
 func rkeyError(format string, args ...any) error {
 	return errs.New("ucp: unpack rkey", ucs.ErrInvalidParam, format, args...)
@@ -99,7 +120,7 @@ func walkRkey(b []byte, key func(i, md int, k []byte) error) ([]byte, error) {
 // ucs.ErrInvalidParam with the reason, and never reach UCX. Callers pass a
 // stack array as dst (rkeyScratchSize fits the keys of this machine's
 // transports), so that the copy costs no allocation.
-func checkRkey(dst, b []byte) ([]byte, error) {
+func checkRkey(dst, b []byte, reader func(md int) readerKind) ([]byte, error) {
 	if len(b) < wire.RkeyHeaderSize {
 		_, err := walkRkey(b, nil)
 		return nil, err
@@ -123,32 +144,32 @@ func checkRkey(dst, b []byte) ([]byte, error) {
 		if local.posix && len(key) >= wire.PosixRkeyFixed && allZero(key[wire.PosixLengthOffset:wire.PosixRkeyFixed]) {
 			return rkeyError("key %d: zero where a posix reader takes its segment length (UCX asserts on it)", i)
 		}
-		// A System V part naming no segment here (another host's segment,
-		// or a damaged key) is dropped: when UCX's own attach fails, UCX
-		// 1.16 to 1.18 crash cleaning up the half-unpacked key (see
-		// posixSegmentAttaches). A peer on another host loses nothing by
-		// it: this host's shared memory never reads its parts.
-		if local.sysvSize > 0 && len(key) == local.sysvSize && !sysvSegmentExists(binary.LittleEndian.Uint32(key)) {
-			mdMap &^= 1 << md
-			return nil
-		}
-		// Likewise a posix part (the local posix MD's size) that UCX's
-		// posix reader would fail to map (see posixSegmentAttaches). An
-		// xpmem part of the same size (24 bytes, where posix's directory
-		// is /dev/shm) would be dropped too.
-		if local.posixSize >= wire.PosixRkeyFixed && len(key) == local.posixSize && !posixSegmentAttaches(local.posixCmpt, key) {
-			mdMap &^= 1 << md
-			return nil
-		}
 		// Pad to the largest local read with 0xff (so that a posix reader
 		// sees a non-zero length in any padding), then one NUL (so that its
 		// directory string ends), within the u8 size.
+		start := len(out)
 		n := min(max(len(key), local.maxRkey)+1, 255)
 		out = append(out, byte(n))
 		out = append(out, key...)
 		out = append(out, rkeyPadding[:max(n-len(key)-1, 0)]...)
 		if n > len(key) {
 			out = append(out, 0)
+		}
+		// A part its reader would fail to attach is dropped: UCX 1.16 to
+		// 1.18 crash cleaning up the half-unpacked key (see
+		// posixSegmentAttaches), and a peer on another host loses nothing
+		// by it, since this host's shared memory never reads its parts.
+		part := out[start+1:]
+		var kind readerKind
+		if reader != nil {
+			kind = reader(md)
+		} else {
+			kind = local.readerBySize(len(key))
+		}
+		if (kind == readerSysv && !sysvSegmentAttaches(local.sysvCmpt, part)) ||
+			(kind == readerPosix && !posixSegmentAttaches(local.posixCmpt, part)) {
+			out = out[:start]
+			mdMap &^= 1 << md
 		}
 		return nil
 	})

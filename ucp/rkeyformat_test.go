@@ -436,7 +436,7 @@ func BenchmarkCheckRkey(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var scratch [rkeyScratchSize]byte
-				if _, err := checkRkey(scratch[:0], key); err != nil {
+				if _, err := checkRkey(scratch[:0], key, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -446,7 +446,7 @@ func BenchmarkCheckRkey(b *testing.B) {
 
 // checkRkeyInPlace replaces *b with its checked, padded copy.
 func checkRkeyInPlace(b *[]byte) error {
-	out, err := checkRkey(nil, *b)
+	out, err := checkRkey(nil, *b, nil)
 	if err == nil {
 		*b = out
 	}

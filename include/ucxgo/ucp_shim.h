@@ -132,6 +132,17 @@ ucxgo_result_t ucxgo_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void *out,
 /* handle: the rkey */
 ucxgo_result_t ucxgo_ep_rkey_unpack(ucxgo_ep_t *ep, const void *buf, size_t len);
 void ucxgo_rkey_destroy(ucp_rkey_h rkey);
+/* Which reader the endpoint gives a probe key (ucp/rkeyreader.go): the
+ * status of the unpack; on UCS_OK, *mapped is 1 when ucp_rkey_ptr(rkey, 0)
+ * gave a local address, and *marker the 8 bytes there. The key is destroyed
+ * before returning. */
+ucs_status_t ucxgo_ep_rkey_reader(ucxgo_ep_t *ep, const void *buf, size_t len,
+                                  int *mapped, uint64_t *marker);
+/* A one-page System V segment with marker in its first 8 bytes, attached at
+ * *addr and marked for removal, so that the kernel frees it at the last
+ * detach (process exit included). Returns its id, or -errno. */
+int ucxgo_sysv_marked_segment(uint64_t marker, void **addr);
+void ucxgo_sysv_detach(void *addr);
 
 /* data path: NULL (done), an error pointer, or a request (ucxgo_req_t) */
 ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *ep, const void *buf, size_t len,
