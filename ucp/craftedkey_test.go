@@ -102,30 +102,42 @@ func TestCraftedKeyParts(t *testing.T) {
 		for _, prio := range []string{"md:posix", "md:sysv"} {
 			t.Run(tls+"/"+prio, func(t *testing.T) {
 				p := newPair(t, tls, false, ucp.WithConfig("ALLOC_PRIO", prio))
-				mem, err := p.ctx.Allocate(4096)
-				require.NoError(t, err)
-				defer mem.Close()
-				packed, err := mem.PackRemoteKey()
-				require.NoError(t, err)
-				unpacked := 0
-				crafted := craftedKeys(t, packed)
-				for name, key := range crafted {
-					rk, err := p.ep.UnpackRemoteKey(waitCtx(t), key)
-					if err != nil {
-						continue
-					}
-					unpacked++
-					buf := make([]byte, 8)
-					gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					req, err := p.ep.Get(buf, mem.Address(), rk)
-					if err == nil {
-						_ = req.Wait(gctx)
-					}
-					cancel()
-					require.NoError(t, rk.Close(), name)
-				}
-				t.Logf("%d crafted keys from %x: %d unpacked, the rest refused", len(crafted), packed, unpacked)
+				unpackCraftedKeys(t, p.ctx, p.ep)
 			})
 		}
 	}
+	// Through a listener the peer's address is never seen by the binding.
+	t.Run("listener/md:posix", func(t *testing.T) {
+		p := newListenerPair(t, ucp.WithConfig("TLS", "posix,sysv,self,tcp"), ucp.WithConfig("ALLOC_PRIO", "md:posix"))
+		runWorker(t, p.server)
+		unpackCraftedKeys(t, p.ctx, p.cep)
+	})
+}
+
+// unpackCraftedKeys feeds ep the crafted keys of a mapping of ctx and gets
+// through those that unpack.
+func unpackCraftedKeys(t *testing.T, ctx *ucp.Context, ep *ucp.Endpoint) {
+	mem, err := ctx.Allocate(4096)
+	require.NoError(t, err)
+	defer mem.Close()
+	packed, err := mem.PackRemoteKey()
+	require.NoError(t, err)
+	unpacked := 0
+	crafted := craftedKeys(t, packed)
+	for name, key := range crafted {
+		rk, err := ep.UnpackRemoteKey(waitCtx(t), key)
+		if err != nil {
+			continue
+		}
+		unpacked++
+		buf := make([]byte, 8)
+		gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, err := ep.Get(buf, mem.Address(), rk)
+		if err == nil {
+			_ = req.Wait(gctx)
+		}
+		cancel()
+		require.NoError(t, rk.Close(), name)
+	}
+	t.Logf("%d crafted keys from %x: %d unpacked, the rest refused", len(crafted), packed, unpacked)
 }
