@@ -2,6 +2,11 @@ package cgo
 
 /*
 #include "ucxgo/shim.h"
+
+// ucxgo_rkey_try unpacks a copy and releases it before returning: the key
+// may live on the Go stack.
+#cgo noescape ucxgo_rkey_try
+#cgo nocallback ucxgo_rkey_try
 */
 import "C"
 
@@ -238,6 +243,12 @@ func (c Component) UnpackRemoteKey(buf []byte) (*RkeyBundle, Status) {
 		return nil, st
 	}
 	return b, 0
+}
+
+// TryRemoteKey unpacks buf as c's rkey and releases it at once, for the
+// unpack's status.
+func (c Component) TryRemoteKey(buf []byte) Status {
+	return Status(C.ucxgo_rkey_try(c.p, bytesPtr(buf), C.size_t(len(buf))))
 }
 
 // ReleaseRkey releases an unpacked rkey.

@@ -452,3 +452,15 @@ ucs_status_t ucxgo_rkey_release(uct_component_h component,
 {
     return uct_rkey_release(component, bundle);
 }
+
+ucs_status_t ucxgo_rkey_try(uct_component_h component, const void *buf,
+                            size_t size)
+{
+    uct_rkey_bundle_t bundle;
+    ucs_status_t status = ucxgo_rkey_unpack(component, buf, size, &bundle);
+
+    if (status == UCS_OK) {
+        uct_rkey_release(component, &bundle);
+    }
+    return status;
+}

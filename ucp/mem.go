@@ -410,7 +410,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 		return nil, err
 	}
 	var scratch [rkeyScratchSize]byte
-	padded, err := checkRkey(scratch[:0], packed, readers)
+	padded, err := checkRkey(scratch[:0], packed, &readers)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,6 @@ type rkeyLocal struct {
 	sysvSize  int           // the sysv MD's rkey_packed_size (u32 segment id, u64 owner address), 0 if none
 	posixSize int           // the posix MD's rkey_packed_size, 0 if none
 	posixCmpt cgo.Component // the posix component, when posixSize > 0
-	sysvCmpt  cgo.Component // the sysv component, when sysvSize > 0
 	packs     [256]bool     // the rkey_packed_size of each local MD
 }
 
@@ -69,11 +68,6 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 	}
 	if l.posixSize > 0 {
 		if l.posixCmpt, err = findComponent("posix"); err != nil {
-			return rkeyLocal{}, err
-		}
-	}
-	if l.sysvSize > 0 {
-		if l.sysvCmpt, err = findComponent("sysv"); err != nil {
 			return rkeyLocal{}, err
 		}
 	}
@@ -120,7 +114,7 @@ func walkRkey(b []byte, key func(i, md int, k []byte) error) ([]byte, error) {
 // ucs.ErrInvalidParam with the reason, and never reach UCX. Callers pass a
 // stack array as dst (rkeyScratchSize fits the keys of this machine's
 // transports), so that the copy costs no allocation.
-func checkRkey(dst, b []byte, reader func(md int) readerKind) ([]byte, error) {
+func checkRkey(dst, b []byte, readers *keyReaders) ([]byte, error) {
 	if len(b) < wire.RkeyHeaderSize {
 		_, err := walkRkey(b, nil)
 		return nil, err
@@ -160,13 +154,11 @@ func checkRkey(dst, b []byte, reader func(md int) readerKind) ([]byte, error) {
 		// posixSegmentAttaches), and a peer on another host loses nothing
 		// by it, since this host's shared memory never reads its parts.
 		part := out[start+1:]
-		var kind readerKind
-		if reader != nil {
-			kind = reader(md)
-		} else {
-			kind = local.readerBySize(len(key))
+		kind := local.readerBySize(len(key))
+		if readers != nil && readers.asked {
+			kind = readers.kinds[md]
 		}
-		if (kind == readerSysv && !sysvSegmentAttaches(local.sysvCmpt, part)) ||
+		if (kind == readerSysv && !sysvSegmentAttaches(part)) ||
 			(kind == readerPosix && !posixSegmentAttaches(local.posixCmpt, part)) {
 			out = out[:start]
 			mdMap &^= 1 << md

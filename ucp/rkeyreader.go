@@ -87,16 +87,20 @@ type endpointReaders struct {
 	kinds [64]readerKind
 }
 
-// readersFor returns the reader of each memory-domain index of the key b,
-// asking UCX for those not known yet, or nil where they need no probe
-// (UCX 1.19 and later, or no shared-memory reader here): checkRkey then
-// goes by each part's size. Call with the endpoint entered.
-func (ep *Endpoint) readersFor(b []byte) (func(md int) readerKind, error) {
-	if len(b) < wire.RkeyHeaderSize {
-		return nil, nil
-	}
-	if !probeReaders() {
-		return nil, nil
+// keyReaders is the reader of each memory-domain index of one key, where
+// asked; otherwise checkRkey goes by each part's size.
+type keyReaders struct {
+	asked bool
+	kinds [64]readerKind
+}
+
+// readersFor returns the readers of the memory-domain indices of the key
+// b, asking UCX for those not known yet, where they need asking (UCX 1.16
+// to 1.18 with a shared-memory reader here). Call with the endpoint
+// entered.
+func (ep *Endpoint) readersFor(b []byte) (keyReaders, error) {
+	if len(b) < wire.RkeyHeaderSize || !probeReaders() {
+		return keyReaders{}, nil
 	}
 	r := &ep.readers
 	r.mu.Lock()
@@ -109,11 +113,10 @@ func (ep *Endpoint) readersFor(b []byte) (func(md int) readerKind, error) {
 	}
 	if missing != 0 {
 		if err := ep.probeReaders(missing, &r.kinds); err != nil {
-			return nil, err
+			return keyReaders{}, err
 		}
 	}
-	kinds := r.kinds
-	return func(md int) readerKind { return kinds[md] }, nil
+	return keyReaders{asked: true, kinds: r.kinds}, nil
 }
 
 // probeReaders asks UCX for the reader of each index in mds: a System V

@@ -1,7 +1,13 @@
-//go:build !(amd64 || arm64 || riscv64 || ppc64le || loong64 || s390x)
+//go:build !(linux && (amd64 || arm64 || riscv64 || loong64))
 
 package ucp
 
-// sysvSegmentExists cannot ask the kernel here (no shmctl system call of
-// its own on this architecture): every System V part goes to UCX as is.
+// sysvSegmentExists cannot ask the kernel here (Go's syscall package has
+// no shmctl, shmat or shmdt number for this architecture): every System V part goes to UCX as is.
 func sysvSegmentExists(uint32) bool { return true }
+
+// sysvSegmentAttachable likewise.
+func sysvSegmentAttachable(uint32) bool { return true }
+
+// sysvReadWriteGranted likewise.
+func sysvReadWriteGranted(uint32) bool { return true }

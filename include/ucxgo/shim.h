@@ -137,6 +137,9 @@ ucs_status_t ucxgo_rkey_unpack(uct_component_h component, const void *buf,
                                size_t size, uct_rkey_bundle_t *bundle);
 ucs_status_t ucxgo_rkey_release(uct_component_h component,
                                 const uct_rkey_bundle_t *bundle);
+/* uct_rkey_unpack of buf, released at once: the unpack's status */
+ucs_status_t ucxgo_rkey_try(uct_component_h component, const void *buf,
+                            size_t size);
 
 #include "ucp_shim.h"
 

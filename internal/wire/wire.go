@@ -74,7 +74,7 @@ func PosixSegmentPath(key []byte) (path string, length uint64, ok bool) {
 	if end < 1 {
 		return "", 0, false
 	}
-	return fmt.Sprintf("%s/ucx_shm_posix_%x", dir[:end], id), length, true
+	return fmt.Sprintf("%s/ucx_shm_posix_%x", string(dir[:end]), id), length, true // string: a copy, so key stays where it is
 }
 
 // The packed rkey of ucp_rkey_pack (ucp_rkey_pack_memh, src/ucp/core/
