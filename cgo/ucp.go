@@ -20,16 +20,17 @@ import (
 	"unsafe"
 )
 
-// UCP feature bits (UCP_FEATURE_*), the same in every supported release.
+// UCP feature bits, from UCX's header (the same in every supported
+// release).
 const (
-	FeatureTag          = 0x1
-	FeatureRMA          = 0x2
-	FeatureAMO32        = 0x4
-	FeatureAMO64        = 0x8
-	FeatureWakeup       = 0x10
-	FeatureStream       = 0x20
-	FeatureAM           = 0x40
-	FeatureExportedMemh = 0x80
+	FeatureTag          = C.UCP_FEATURE_TAG
+	FeatureRMA          = C.UCP_FEATURE_RMA
+	FeatureAMO32        = C.UCP_FEATURE_AMO32
+	FeatureAMO64        = C.UCP_FEATURE_AMO64
+	FeatureWakeup       = C.UCP_FEATURE_WAKEUP
+	FeatureStream       = C.UCP_FEATURE_STREAM
+	FeatureAM           = C.UCP_FEATURE_AM
+	FeatureExportedMemh = C.UCP_FEATURE_EXPORTED_MEMH
 )
 
 // Context is a UCP context.

@@ -12,20 +12,21 @@ import (
 // Feature is a UCP feature (UCP_FEATURE_*).
 type Feature uint64
 
-// Features a context can request.
+// Features a context can request: UCP_FEATURE_*, the same bits in every
+// supported release (TestFeatureBitsAreUCXs holds them to the C layer's).
 const (
-	FeatureTag    Feature = cgo.FeatureTag
-	FeatureRMA    Feature = cgo.FeatureRMA
-	FeatureAMO32  Feature = cgo.FeatureAMO32
-	FeatureAMO64  Feature = cgo.FeatureAMO64
-	FeatureWakeup Feature = cgo.FeatureWakeup
-	FeatureStream Feature = cgo.FeatureStream
-	FeatureAM     Feature = cgo.FeatureAM
+	FeatureTag    Feature = 0x1
+	FeatureRMA    Feature = 0x2
+	FeatureAMO32  Feature = 0x4
+	FeatureAMO64  Feature = 0x8
+	FeatureWakeup Feature = 0x10
+	FeatureStream Feature = 0x20
+	FeatureAM     Feature = 0x40
 	// FeatureExportedMemh creates the per-peer import cache and, measured on
 	// UCX 1.18, forbids active-message emulation of RMA: on a machine whose
 	// only transports are self, tcp and shared memory, endpoints of such a
 	// context are UNREACHABLE. Request it only where export/import is used.
-	FeatureExportedMemh Feature = cgo.FeatureExportedMemh
+	FeatureExportedMemh Feature = 0x80
 )
 
 // ContextOption configures NewContext.
