@@ -116,16 +116,32 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 }
 
 // ConnectWorker creates an endpoint to the worker whose PackAddress is
-// addr. A damaged address is refused (ucs.ErrInvalidParam) before UCX
-// reads it.
+// addr. Before UCX reads it, addr is checked, and refused with
+// ucs.ErrInvalidParam where it fails: its checksum, then UCX's address
+// inside (each length within the bytes, the end where the bytes end, no
+// endpoint addresses, finite nonzero bandwidths), then that no transport
+// this worker has gets an empty address it would read. What a transport
+// finds inside a well-formed address (an IP address and port, a
+// shared-memory segment id, a process id) is the peer's word, as in UCX.
+// A worker in UCX_UNIFIED_MODE=y cannot check an address and refuses
+// every one with ucs.ErrUnsupported.
 func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: connect to worker address"
-	raw, err := addr.unpack()
+	raw, info, err := addr.unpack()
 	if err != nil {
 		return nil, err
 	}
+	if !w.res.Enter() {
+		return nil, closedError(op)
+	}
+	err = w.checkPeerAddress(op, info)
+	w.res.Exit()
+	if err != nil {
+		return nil, err
+	}
+	padded := peerAddressCopy(raw)
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(raw, o.peerErr) })
+	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr

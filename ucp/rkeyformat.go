@@ -42,6 +42,7 @@ type rkeyLocal struct {
 	posixSize int           // the posix MD's rkey_packed_size, 0 if none
 	posixCmpt cgo.Component // the posix component, when posixSize > 0
 	packs     [256]bool     // the rkey_packed_size of each local MD
+	packedMax int           // the largest key ucp_rkey_pack makes here: every MD's part, the longest 1.20+ tail
 }
 
 var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
@@ -49,11 +50,12 @@ var rkeyLocalInfo = sync.OnceValues(func() (rkeyLocal, error) {
 	if err != nil {
 		return rkeyLocal{}, err
 	}
-	l := rkeyLocal{maxRkey: wire.PosixRkeyFixed}
+	l := rkeyLocal{maxRkey: wire.PosixRkeyFixed, packedMax: wire.RkeyHeaderSize + wire.RkeyTailMax}
 	for _, r := range reports {
 		if r.Attr == nil {
 			continue
 		}
+		l.packedMax += 1 + r.Attr.RkeyPackedSize
 		l.maxRkey = max(l.maxRkey, r.Attr.RkeyPackedSize)
 		if n := r.Attr.RkeyPackedSize; n < len(l.packs) {
 			l.packs[n] = true

@@ -87,6 +87,8 @@ type Worker struct {
 	amPending   []amMessage
 	amSpare     []amMessage // the dispatcher's buffer, reused
 	dispatching bool
+
+	peerAddrs peerAddressChecker // ConnectWorker's check of peer addresses
 }
 
 // NewWorker creates a worker of the context.
@@ -157,56 +159,6 @@ func (w *Worker) Stats() Stats {
 
 // Context is the worker's context.
 func (w *Worker) Context() *Context { return w.ctx }
-
-// WorkerAddress is a worker's packed address, for a peer's
-// Worker.ConnectWorker: UCX's address (ucp_worker_get_address) with a magic
-// before it and a CRC-32C after it. Send it as is. UCX's own address has no
-// length and no checksum, and UCX reads a damaged one without checking it:
-// one flipped bit of its header aborted the process (address.c, 1.18.1 and
-// 1.22.0), another crashed it inside ucp_ep_create, every release tried.
-type WorkerAddress []byte
-
-// The packed worker address is sealed (see seal) with this magic.
-const addressMagic = "UCXw"
-
-// UCX's address header: its low 4 bits are the address format version,
-// 0 (v1) or 1 (v2) in UCX 1.16 to 1.23; UCX aborts on any other.
-const (
-	addressVersionMask = 0x0f
-	addressVersionMax  = 1
-)
-
-// WorkerAddressFromUCX packs raw, the address a C peer got from
-// ucp_worker_get_address, for ConnectWorker, which then checks only the
-// address's format version: the checksum added covers damage from here
-// on, not before.
-func WorkerAddressFromUCX(raw []byte) WorkerAddress {
-	b := make([]byte, 0, len(addressMagic)+len(raw)+sealSize)
-	return seal(append(append(b, addressMagic...), raw...))
-}
-
-// UCX is UCX's own address inside a (sharing a's bytes), for a C peer's
-// ucp_ep_create; nil if a is not a packed worker address.
-func (a WorkerAddress) UCX() []byte {
-	raw, err := a.unpack()
-	if err != nil {
-		return nil
-	}
-	return raw
-}
-
-// unpack checks a and returns UCX's address inside it.
-func (a WorkerAddress) unpack() ([]byte, error) {
-	const op = "ucp: connect to worker address"
-	raw, err := unseal(op, addressMagic, "packed worker address", "Worker.PackAddress, or WorkerAddressFromUCX for a C peer's", a, 1)
-	if err != nil {
-		return nil, err
-	}
-	if v := raw[0] & addressVersionMask; v > addressVersionMax {
-		return nil, errs.New(op, ucs.ErrInvalidParam, "address format version %d: UCX 1.16 to 1.23 pack 0 or 1, and abort on others", v)
-	}
-	return raw, nil
-}
 
 // PackAddress is the worker's packed address, for ConnectWorker on a peer.
 func (w *Worker) PackAddress() (WorkerAddress, error) {

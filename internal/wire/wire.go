@@ -90,6 +90,9 @@ const (
 	RkeyHeaderSize   = 9 // md_map + memory type; also the whole zero-length key
 	RkeySysDevNone   = 0xff
 	rkeyDistanceSize = 3
+	// RkeyTailMax bounds the 1.20+ tail: the device byte, a distance to
+	// every device below rkeyMaxDistanceDev, the terminator.
+	RkeyTailMax = 1 + rkeyMaxDistanceDev*rkeyDistanceSize + 1
 	// UCX marks distances in a u64 map by UCS_BIT(device): devices from 64
 	// alias lower ones (their distance is then read uninitialized), and a
 	// lane whose device is unknown (255) tests bit 255&63 = 63 and reads

@@ -1,0 +1,170 @@
+package ucp
+
+import (
+	"sync"
+
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/internal/wire"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// WorkerAddress is a worker's packed address, for a peer's
+// Worker.ConnectWorker: UCX's address (ucp_worker_get_address) with a magic
+// before it and a CRC-32C after it. Send it as is. UCX's own address has no
+// length and no checksum, and UCX reads a damaged one without checking it:
+// one flipped bit of its header aborted the process (address.c, 1.18.1 and
+// 1.22.0), another crashed it inside ucp_ep_create, every release tried.
+type WorkerAddress []byte
+
+// The packed worker address is sealed (see seal) with this magic.
+const addressMagic = "UCXw"
+
+// WorkerAddressFromUCX packs raw, the address a C peer got from
+// ucp_worker_get_address, for ConnectWorker. The checksum added covers
+// damage from here on, not before; ConnectWorker checks raw's format in
+// either case (see ConnectWorker).
+func WorkerAddressFromUCX(raw []byte) WorkerAddress {
+	b := make([]byte, 0, len(addressMagic)+len(raw)+sealSize)
+	return seal(append(append(b, addressMagic...), raw...))
+}
+
+// UCX is UCX's own address inside a (sharing a's bytes), for a C peer's
+// ucp_ep_create; nil if a is not a packed worker address.
+func (a WorkerAddress) UCX() []byte {
+	raw, _, err := a.unpack()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// unpack checks a's seal and UCX's address format inside it, and returns
+// that address and what its walk found.
+func (a WorkerAddress) unpack() ([]byte, wire.WorkerAddressInfo, error) {
+	const op = "ucp: connect to worker address"
+	raw, err := unseal(op, addressMagic, "packed worker address", "Worker.PackAddress, or WorkerAddressFromUCX for a C peer's", a, 1)
+	if err != nil {
+		return nil, wire.WorkerAddressInfo{}, err
+	}
+	info, err := wire.WalkWorkerAddress(raw)
+	if err != nil {
+		return nil, info, errs.New(op, ucs.ErrInvalidParam, "UCX worker address: %v", err)
+	}
+	return raw, info, nil
+}
+
+// addressPadding zeros follow the copy of a peer's address UCX reads: a
+// transport reads its device or interface address at the length it
+// expects, not the length the peer wrote (tcp's device address, for one,
+// differs between 1.18 and 1.22), so a short last one reads these zeros,
+// not whatever follows the buffer. The largest address a transport of
+// 1.16 to 1.23 packs is well under this.
+const addressPadding = 256
+
+// peerAddressCopy is raw with addressPadding zeros after it.
+func peerAddressCopy(raw []byte) []byte {
+	return append(append(make([]byte, 0, len(raw)+addressPadding), raw...), make([]byte, addressPadding)...)
+}
+
+// localTransport is what the worker's own address says of one transport
+// (by name checksum): whether it reads a device and an interface address
+// (UCX hands a transport an address of length 0 as a null pointer, and tcp
+// reads it anyway: SIGSEGV in ucp_ep_create, 8 runs in 10 on 1.18.1), and
+// its memory domains here.
+type localTransport struct {
+	device, iface bool
+	mds           mdSet
+}
+
+// mdSet is a set of memory-domain indices (the address format has room
+// for 256).
+type mdSet [4]uint64
+
+func (s *mdSet) add(md int) { s[md/64] |= 1 << (md % 64) }
+func (s mdSet) and(o mdSet) (r mdSet) {
+	return mdSet{s[0] & o[0], s[1] & o[1], s[2] & o[2], s[3] & o[3]}
+}
+func (s mdSet) empty() bool { return s == mdSet{} }
+
+// peerAddressChecker learns the local transports from the worker's own
+// address, once.
+type peerAddressChecker struct {
+	once         sync.Once
+	local        map[uint16]localTransport
+	amSegmentMin int   // a packed key of this context fits in a segment this large
+	err          error // the worker's own address does not walk
+}
+
+// checkPeerAddress refuses a peer address that a transport of this worker
+// would misread: an empty address the transport reads, or one memory
+// domain index for transports whose domains differ here. The peer's index
+// tells which part of the peer's remote keys a lane's transport reads: one
+// flipped bit gave the sysv device the index of cma's and a put through a
+// genuine key crashed the process (SIGSEGV, 1.18.1). Transports that are
+// not here are not read, and not checked. The worker's own address tells
+// what is here; where it does not walk (UCX_UNIFIED_MODE=y, whose
+// interface entries carry no lengths), no peer address can be checked and
+// ConnectWorker is refused. An interface that announces active messages
+// must take a segment that holds a packed key of this context: UCX asserts
+// it does (ucp_ep.c, rkey_size <= am.max_bcopy, 1.18.1, for a seg size
+// flipped to 0). Call inside Enter.
+func (w *Worker) checkPeerAddress(op string, peer wire.WorkerAddressInfo) error {
+	c := &w.peerAddrs
+	c.once.Do(func() {
+		w.mu.Lock()
+		own, st := w.c.Address()
+		w.mu.Unlock()
+		if err := errs.Status(ucs.Status(st), op); err != nil {
+			c.err = err
+			return
+		}
+		keys, err := rkeyLocalInfo()
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.amSegmentMin = keys.packedMax
+		info, err := wire.WalkWorkerAddress(own)
+		if err != nil {
+			c.err = errs.New(op, ucs.ErrUnsupported, "this worker's own address does not follow UCX's worker address format (%v), so a peer's cannot be checked before UCX reads it; UCX_UNIFIED_MODE=y packs such addresses (use Worker.Connect and a Listener there)", err)
+			return
+		}
+		c.local = map[uint16]localTransport{}
+		for _, i := range info.Interfaces {
+			l := c.local[i.TransportCsum]
+			l.device = l.device || len(i.DeviceAddr) > 0
+			l.iface = l.iface || len(i.IfaceAddr) > 0
+			l.mds.add(i.MDIndex)
+			c.local[i.TransportCsum] = l
+		}
+	})
+	if c.err != nil {
+		return c.err
+	}
+	// Per peer md index, the local domains every transport on it has.
+	common := map[int]mdSet{}
+	for k, i := range peer.Interfaces {
+		l, here := c.local[i.TransportCsum]
+		if !here {
+			continue
+		}
+		switch {
+		case l.device && len(i.DeviceAddr) == 0:
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty device address for a transport here that reads one", k)
+		case l.iface && len(i.IfaceAddr) == 0:
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty interface address for a transport here that reads one", k)
+		}
+		if i.AMSegment >= 0 && i.AMSegment < c.amSegmentMin {
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: an active-message segment of %d bytes, smaller than a remote key of this context (up to %d bytes), which UCX asserts fits in one", k, i.AMSegment, c.amSegmentMin)
+		}
+		mds, seen := common[i.MDIndex]
+		if !seen {
+			mds = l.mds
+		}
+		if mds = mds.and(l.mds); mds.empty() {
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: memory domain %d also serves a transport whose memory domain here is another, so UCX would hand one transport the other's part of the peer's keys", k, i.MDIndex)
+		}
+		common[i.MDIndex] = mds
+	}
+	return nil
+}
