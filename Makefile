@@ -75,7 +75,7 @@ demo-native:
 # Go before 1.27 can end a run with a bare "context deadline exceeded" and
 # no failing input (go.dev/issue/75804, a race at the end of -fuzztime):
 # that alone is reported, not counted as a failure.
-FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey uct:FuzzUnpackRkey uct:FuzzAttach \
+FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey ucp:FuzzConnectWorker internal/wire:FuzzWalkWorkerAddress uct:FuzzUnpackRkey uct:FuzzAttach \
 	examples/envelope:FuzzOpen examples/internal/demo:FuzzParseVerifyHeader examples/exporter:FuzzVerifyRequest
 fuzz-native:
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \

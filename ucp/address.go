@@ -31,27 +31,19 @@ func WorkerAddressFromUCX(raw []byte) WorkerAddress {
 // UCX is UCX's own address inside a (sharing a's bytes), for a C peer's
 // ucp_ep_create; nil if a is not a packed worker address.
 func (a WorkerAddress) UCX() []byte {
-	raw, _, err := a.unpack()
+	raw, err := a.unpack()
 	if err != nil {
 		return nil
 	}
 	return raw
 }
 
-// unpack checks a's seal and UCX's address format inside it, and returns
-// that address and what its walk found.
-func (a WorkerAddress) unpack() ([]byte, wire.WorkerAddressInfo, error) {
-	const op = "ucp: connect to worker address"
-	raw, err := unseal(op, addressMagic, "packed worker address", "Worker.PackAddress, or WorkerAddressFromUCX for a C peer's", a, 1)
-	if err != nil {
-		return nil, wire.WorkerAddressInfo{}, err
-	}
-	info, err := wire.WalkWorkerAddress(raw)
-	if err != nil {
-		return nil, info, errs.New(op, ucs.ErrInvalidParam, "UCX worker address: %v", err)
-	}
-	return raw, info, nil
+// unpack checks a's seal and returns UCX's address inside it.
+func (a WorkerAddress) unpack() ([]byte, error) {
+	return unseal(connectWorkerOp, addressMagic, "packed worker address", "Worker.PackAddress, or WorkerAddressFromUCX for a C peer's", a, 1)
 }
+
+const connectWorkerOp = "ucp: connect to worker address"
 
 // addressPadding zeros follow the copy of a peer's address UCX reads: a
 // transport reads its device or interface address at the length it
@@ -95,9 +87,10 @@ type peerAddressChecker struct {
 	err          error // the worker's own address does not walk
 }
 
-// checkPeerAddress refuses a peer address that a transport of this worker
-// would misread: an empty address the transport reads, or one memory
-// domain index for transports whose domains differ here. The peer's index
+// checkPeerAddress walks raw, a peer's UCX address (wire.WalkWorkerAddress),
+// and refuses one that a transport of this worker would misread: an empty
+// address the transport reads, or one memory domain index for transports
+// whose domains differ here. The peer's index
 // tells which part of the peer's remote keys a lane's transport reads: one
 // flipped bit gave the sysv device the index of cma's and a put through a
 // genuine key crashed the process (SIGSEGV, 1.18.1). Transports that are
@@ -108,7 +101,8 @@ type peerAddressChecker struct {
 // must take a segment that holds a packed key of this context: UCX asserts
 // it does (ucp_ep.c, rkey_size <= am.max_bcopy, 1.18.1, for a seg size
 // flipped to 0). Call inside Enter.
-func (w *Worker) checkPeerAddress(op string, peer wire.WorkerAddressInfo) error {
+func (w *Worker) checkPeerAddress(raw []byte) error {
+	const op = connectWorkerOp
 	c := &w.peerAddrs
 	c.once.Do(func() {
 		w.mu.Lock()
@@ -140,6 +134,10 @@ func (w *Worker) checkPeerAddress(op string, peer wire.WorkerAddressInfo) error 
 	})
 	if c.err != nil {
 		return c.err
+	}
+	peer, err := wire.WalkWorkerAddress(raw)
+	if err != nil {
+		return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: %v", err)
 	}
 	// Per peer md index, the local domains every transport on it has.
 	common := map[int]mdSet{}

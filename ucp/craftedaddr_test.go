@@ -90,8 +90,8 @@ func offsetIn(b, sub []byte) int {
 
 // TestCraftedWorkerAddress gives ConnectWorker UCX addresses damaged after
 // packing, with a valid checksum (WorkerAddressFromUCX), as a peer can
-// craft them: every bit flipped, every cut, every interface's address
-// emptied. Before the format walk, a tcp interface address of length 0
+// craft them: every bit flipped outside the device and interface addresses
+// (see named below), every cut, every interface's address emptied. Before the format walk, a tcp interface address of length 0
 // crashed the process in ucp_ep_create (8 runs in 10, 1.18.1).
 func TestCraftedWorkerAddress(t *testing.T) {
 	rounds := 1
@@ -131,10 +131,30 @@ func TestCraftedWorkerAddress(t *testing.T) {
 					}
 				}
 
+				// The bytes of device and interface addresses name things
+				// outside this test: hosts and ports (tcp), segment ids and
+				// /proc/PID/fd files that UCX maps and writes its FIFO into
+				// (sysv, posix), process ids it reads and writes with
+				// process_vm_writev (cma). A flipped one makes UCX reach
+				// them, with this process's rights, as a crafted address
+				// can (README, "Not guaranteed"); the test flips every
+				// other byte: the framing the walk checks, and the
+				// attributes.
+				named := make([]bool, len(s.raw))
+				for _, i := range info.Interfaces {
+					for _, a := range [][]byte{i.DeviceAddr, i.IfaceAddr} {
+						for k := range a {
+							named[offsetIn(s.raw, a)+k] = true
+						}
+					}
+				}
 				var refused, failed, taken1 int
 				for range rounds {
 					for i := range s.raw {
 						for bit := range 8 {
+							if named[i] {
+								continue
+							}
 							flipped := bytes.Clone(s.raw)
 							flipped[i] ^= 1 << bit
 							if os.Getenv("UCXGO_ADDRESS_TRACE") != "" {
@@ -164,4 +184,93 @@ func TestCraftedWorkerAddress(t *testing.T) {
 			})
 		}
 	}
+}
+
+// FuzzConnectWorker feeds foreign bytes to ConnectWorker as a C peer's UCX
+// address: bytes whose walk fails must be refused in Go (ucs.ErrInvalidParam);
+// well-formed ones go to the real ucp_ep_create, then a flush and a forced
+// close, when each interface of a transport here carries device and
+// interface addresses that a real address of that transport carried (the
+// sandbox: other bytes there name hosts, segments, files and processes
+// outside the test; see TestCraftedWorkerAddress). Nothing may crash or
+// hang.
+func FuzzConnectWorker(f *testing.F) {
+	client := newContext(f)
+	w, err := client.NewWorker()
+	require.NoError(f, err)
+	f.Cleanup(func() { w.Close() })
+	// The real contents, per transport name checksum.
+	real := map[uint16]map[string]bool{}
+	content := func(i wire.AddressInterface) string { return string(i.DeviceAddr) + "\x00" + string(i.IfaceAddr) }
+	for _, version := range []string{"v1", "v2"} {
+		ctx := newContext(f, ucp.WithConfig("ADDRESS_VERSION", version))
+		server, err := ctx.NewWorker()
+		require.NoError(f, err)
+		f.Cleanup(func() { server.Close() })
+		runWorker(f, server)
+		addr, err := server.PackAddress()
+		require.NoError(f, err)
+		raw := addr.UCX()
+		info, err := wire.WalkWorkerAddress(raw)
+		require.NoError(f, err)
+		for _, i := range info.Interfaces {
+			if real[i.TransportCsum] == nil {
+				real[i.TransportCsum] = map[string]bool{}
+			}
+			real[i.TransportCsum][content(i)] = true
+		}
+		f.Add(raw)
+	}
+	var connected, taken int // how far inputs went, to $UCXGO_FUZZ_STATS
+	f.Cleanup(func() {
+		if path := os.Getenv("UCXGO_FUZZ_STATS"); path != "" {
+			if out, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(out, "FuzzConnectWorker: %d to ucp_ep_create, %d taken\n", connected, taken)
+				out.Close()
+			}
+		}
+	})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		info, werr := wire.WalkWorkerAddress(raw)
+		if werr != nil {
+			_, err := w.ConnectWorker(ucp.WorkerAddressFromUCX(raw))
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("an address whose walk fails (%v) was not refused: %v", werr, err)
+			}
+			return
+		}
+		for _, i := range info.Interfaces {
+			if contents, here := real[i.TransportCsum]; here && !contents[content(i)] {
+				return // names something outside the test
+			}
+		}
+		connected++
+		ep, err := w.ConnectWorker(ucp.WorkerAddressFromUCX(raw))
+		if err != nil {
+			return
+		}
+		taken++
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		ep.Flush(ctx)
+		closeEP(t, ep)
+	})
+}
+
+// In UCX's unified mode the address's interface entries carry no lengths,
+// so nothing can be checked before UCX reads them: ConnectWorker refuses
+// every address, and says why.
+func TestConnectWorkerUnifiedMode(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("UNIFIED_MODE", "y"))
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer server.Close()
+	client, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer client.Close()
+	addr, err := server.PackAddress()
+	require.NoError(t, err)
+	_, err = client.ConnectWorker(addr)
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+	assert.Contains(t, err.Error(), "UCX_UNIFIED_MODE=y")
 }

@@ -126,15 +126,15 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 // A worker in UCX_UNIFIED_MODE=y cannot check an address and refuses
 // every one with ucs.ErrUnsupported.
 func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*Endpoint, error) {
-	const op = "ucp: connect to worker address"
-	raw, info, err := addr.unpack()
+	const op = connectWorkerOp
+	raw, err := addr.unpack()
 	if err != nil {
 		return nil, err
 	}
 	if !w.res.Enter() {
 		return nil, closedError(op)
 	}
-	err = w.checkPeerAddress(op, info)
+	err = w.checkPeerAddress(raw)
 	w.res.Exit()
 	if err != nil {
 		return nil, err

@@ -95,14 +95,14 @@ func newHandleSet(t *testing.T) handleSet {
 }
 
 // runWorker progresses w in a goroutine until the test ends.
-func runWorker(t *testing.T, w *ucp.Worker) {
+func runWorker(t testing.TB, w *ucp.Worker) {
 	run, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(run) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-func closeEP(t *testing.T, ep *ucp.Endpoint) {
+func closeEP(t testing.TB, ep *ucp.Endpoint) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ep.Close(ctx, ucp.CloseForce)

@@ -13,7 +13,7 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-func newContext(t *testing.T, opts ...ucp.ContextOption) *ucp.Context {
+func newContext(t testing.TB, opts ...ucp.ContextOption) *ucp.Context {
 	t.Helper()
 	ctx, err := ucp.NewContext(opts...)
 	require.NoError(t, err)
