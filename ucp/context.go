@@ -73,6 +73,7 @@ type Context struct {
 	res      *handle.Resource[cgo.Context]
 	c        cgo.Context
 	retired  *retiredMaps // closed mappings whose keys were handed out
+	imports  liveImports  // imported mappings UCX holds (see Import)
 	features Feature
 	config   []string
 }

@@ -65,9 +65,10 @@ type memState struct {
 	pin runtime.Pinner
 	// exposed: a key or descriptor of it was handed out; Close then leaves
 	// the unmap to the context's release (see retiredMaps).
-	exposed atomic.Bool
-	retired *retiredMaps
-	n       int // length, for the quarantine's budget
+	exposed  atomic.Bool
+	retired  *retiredMaps
+	n        int         // length, for the quarantine's budget
+	imported *liveImport // an imported mapping's entry in its context's liveImports
 }
 
 func releaseMem(s *memState) {
@@ -75,8 +76,14 @@ func releaseMem(s *memState) {
 		s.retired.add(s)
 		return
 	}
-	s.c.MemUnmap(s.h)
-	s.pin.Unpin()
+	unmap(s.c, s.h, &s.pin, s.imported)
+}
+
+// unmap is the one place a mapping is unmapped and unpinned.
+func unmap(c cgo.Context, h cgo.MemHandle, pin *runtime.Pinner, imported *liveImport) {
+	c.MemUnmap(h)
+	pin.Unpin()
+	imported.unmapped()
 }
 
 // retiredMaps are the mappings whose key or descriptor was handed out,
@@ -97,9 +104,10 @@ type retiredMaps struct {
 }
 
 type retiredMap struct {
-	h   cgo.MemHandle
-	pin runtime.Pinner
-	n   int
+	h        cgo.MemHandle
+	pin      runtime.Pinner
+	n        int
+	imported *liveImport
 }
 
 func (r *retiredMaps) add(s *memState) {
@@ -108,12 +116,11 @@ func (r *retiredMaps) add(s *memState) {
 	if r.done { // cannot happen: a mapping holds its context
 		return
 	}
-	r.maps = append(r.maps, retiredMap{s.h, s.pin, s.n})
+	r.maps = append(r.maps, retiredMap{s.h, s.pin, s.n, s.imported})
 	r.bytes += s.n
 	for r.bytes > r.budget && len(r.maps) > 0 {
 		old := &r.maps[0]
-		r.c.MemUnmap(old.h)
-		old.pin.Unpin()
+		unmap(r.c, old.h, &old.pin, old.imported)
 		r.bytes -= old.n
 		r.maps[0] = retiredMap{}
 		r.maps = r.maps[1:]
@@ -125,8 +132,7 @@ func (r *retiredMaps) unmapAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range r.maps {
-		r.c.MemUnmap(r.maps[i].h)
-		r.maps[i].pin.Unpin()
+		unmap(r.c, r.maps[i].h, &r.maps[i].pin, r.maps[i].imported)
 	}
 	r.maps, r.bytes, r.done = nil, 0, true
 }
@@ -154,7 +160,10 @@ func (c *Context) RegisterPointer(p unsafe.Pointer, n int, opts ...MapOption) (*
 // Import maps memory another process exported (Mem.Export), from the
 // descriptor ParseDescriptor returned: UCX gets the bytes ParseDescriptor
 // validated, after a check against this machine's memory domains. RMA and
-// local operations then use the mapping as the exporter's memory.
+// local operations then use the mapping as the exporter's memory. A range
+// that overlaps one imported from the same exporter under another
+// registration id, and not yet unmapped here, is refused (ucs.ErrBusy):
+// UCX aborts the process on it (see liveImports).
 func (c *Context) Import(d *Descriptor, opts ...MapOption) (*Mem, error) {
 	const op = "ucp: map imported memory"
 	if d == nil || d.raw == nil {
@@ -189,6 +198,13 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 		return nil, closedError(op)
 	}
 	defer c.res.Exit()
+	if desc != nil && !desc.Dummy {
+		c.imports.mu.Lock()
+		defer c.imports.mu.Unlock()
+		if i := c.imports.conflict(desc); i != nil {
+			return nil, importConflictError(op, desc, i)
+		}
+	}
 
 	// The Mem is allocated first so that the pin lives in it: a mapping is
 	// one allocation.
@@ -215,6 +231,9 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	}
 	m.addr, m.n = base, size
 	m.res.State.c, m.res.State.h, m.res.State.retired, m.res.State.n = c.c, h, c.retired, int(size)
+	if desc != nil && !desc.Dummy {
+		m.res.State.imported = c.imports.add(desc)
+	}
 	m.res.Init(c.res, releaseMem)
 	handle.Finalize(m, (*Mem).collect)
 	return m, nil

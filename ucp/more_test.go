@@ -177,6 +177,47 @@ func TestExportImportEndToEnd(t *testing.T) {
 	assert.Equal(t, mem.Address(), imported.Address())
 }
 
+// An exporter that registers the same memory again while the importer
+// still holds the first import: UCX aborts an importer that imports the
+// second before unmapping the first (ucp_memh_import's refcount
+// assertion); Import refuses it, and takes it once the first is closed.
+func TestImportAfterReRegistration(t *testing.T) {
+	err := uct.HaveExportedMkey()
+	if errors.Is(err, ucs.ErrUnsupported) {
+		t.Skipf("needs a memory domain with UCT_MD_FLAG_EXPORTED_MKEY (mlx5 DevX: ConnectX-6 Dx+, BlueField-2/3); none found: %v", err)
+	}
+	require.NoError(t, err)
+	features := ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureExportedMemh)
+	exporter, importer := newContext(t, features), newContext(t, features)
+	buf := make([]byte, 1<<16)
+	export := func() *ucp.Descriptor {
+		mem, err := exporter.Register(buf)
+		require.NoError(t, err)
+		t.Cleanup(func() { mem.Close() })
+		desc, err := mem.Export()
+		require.NoError(t, err)
+		d, err := ucp.ParseDescriptor(desc)
+		require.NoError(t, err)
+		require.NoError(t, mem.Close())
+		return d
+	}
+	first := export()
+	imported, err := importer.Import(first)
+	require.NoError(t, err)
+	second := export()
+	again, err := importer.Import(second)
+	if second.RegID == first.RegID { // UCX's cache gave the exporter the same registration
+		require.NoError(t, err)
+		require.NoError(t, again.Close())
+	} else {
+		require.ErrorIs(t, err, ucs.ErrBusy)
+	}
+	require.NoError(t, imported.Close())
+	again, err = importer.Import(second)
+	require.NoError(t, err)
+	require.NoError(t, again.Close())
+}
+
 // TestAllocateWithoutItsAllocatorSaysWhy: an ALLOC_PRIO naming only memory
 // domains UCX_TLS leaves out makes UCX answer "out of memory"; the error
 // says what else that means.
