@@ -92,5 +92,5 @@ func importRange(d *Descriptor) (start, end uint64) {
 }
 
 func importConflictError(op string, d *Descriptor, i *liveImport) error {
-	return errs.New(op, ucs.ErrBusy, "[%#x, %#x) of registration id %d overlaps [%#x, %#x) of the same exporter, imported here under registration id %d and not yet unmapped; UCX aborts the process on such an import (the exporter registered the memory again, or exported overlapping ranges): close the earlier import first", d.Address, d.Address+d.Length, d.RegID, i.start, i.end, i.regID)
+	return errs.New(op, ucs.ErrBusy, "[%#x, %#x) of registration id %d overlaps [%#x, %#x) of the same exporter, imported here under registration id %d and not yet unmapped; UCX aborts the process on such an import (the exporter registered the memory again, or exported overlapping ranges): close the earlier import first (a closed mapping whose key was handed out stays mapped in the context's unmap quarantine, WithUnmapQuarantine)", d.Address, d.Address+d.Length, d.RegID, i.start, i.end, i.regID)
 }
