@@ -154,8 +154,10 @@ func WalkWorkerAddress(b []byte) (WorkerAddressInfo, error) {
 		md := int(r.extended(mdByte&addrMDMask, addrMDMask, v2))
 		lenByte := r.u8()
 		devLen := r.extended(lenByte&addrDevLenMask, addrDevLenMask, v2)
-		if lenByte&addrDevPaths != 0 {
-			r.u8()
+		if lenByte&addrDevPaths != 0 && r.u8() == 0 && r.err == nil {
+			// UCX divides by it: a score of NaN aborted its lane
+			// selection (select.c:356, 1.18.1).
+			return info, formatError("device %d: zero paths", dev)
 		}
 		if lenByte&addrDevSysDevice != 0 {
 			r.u8()

@@ -59,6 +59,21 @@ func TestWalkWorkerAddress(t *testing.T) {
 	}
 }
 
+// A device's path count is divided by: zero is refused, one and more taken.
+func TestWalkWorkerAddressPaths(t *testing.T) {
+	b := handV2()
+	for _, paths := range []byte{0, 1, 2} {
+		c := append(bytes.Clone(b[:12]), paths)
+		c[11] |= addrDevPaths
+		_, err := WalkWorkerAddress(append(c, b[12:]...))
+		if paths == 0 {
+			assert.ErrorContains(t, err, "zero paths")
+		} else {
+			assert.NoError(t, err, "%d paths", paths)
+		}
+	}
+}
+
 // v2 lengths of 0x1f (device) and 0x3f (interface) and md index 0x7f are
 // in the next byte.
 func TestWalkWorkerAddressExtended(t *testing.T) {
