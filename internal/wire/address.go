@@ -209,8 +209,8 @@ func WalkWorkerAddress(b []byte) (WorkerAddressInfo, error) {
 
 // checkAddressAttrs refuses interface attributes that UCX's wire-up
 // computes with unchecked: a bandwidth of zero, NaN or infinity (UCX checks
-// only bandwidth <= 0 after unpacking, and NaN passes), and a NaN or
-// infinite overhead or latency.
+// only bandwidth <= 0 after unpacking, and NaN passes), and an overhead or
+// latency that is negative, NaN or infinite.
 func checkAddressAttrs(a []byte, v2 bool) error {
 	if v2 {
 		// fp8 overhead, bandwidth, latency, then prio, seg size, flags.
@@ -224,9 +224,11 @@ func checkAddressAttrs(a []byte, v2 bool) error {
 		return nil
 	}
 	// float overhead, bandwidth (negative from UCX up to 1.11), latency.
+	// A negative overhead or latency gives a lane a negative score, which
+	// UCX's lane selection asserts against (select.c:356, 1.18.1).
 	for i, name := range []string{"overhead", "bandwidth", "latency"} {
-		f := math.Float32frombits(binary.LittleEndian.Uint32(a[4*i:]))
-		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) || (name == "bandwidth" && f == 0) {
+		f := float64(math.Float32frombits(binary.LittleEndian.Uint32(a[4*i:])))
+		if math.IsNaN(f) || math.IsInf(f, 0) || (name == "bandwidth" && f == 0) || (name != "bandwidth" && f < 0) {
 			return formatError("%s %v", name, f)
 		}
 	}

@@ -114,6 +114,15 @@ func TestWalkWorkerAddressV1(t *testing.T) {
 	_, err = WalkWorkerAddress(nan)
 	assert.ErrorContains(t, err, "bandwidth NaN")
 
+	negative := bytes.Clone(old)
+	negative[15+3] = 0xbf // overhead 1.0 -> -1.0
+	_, err = WalkWorkerAddress(negative)
+	assert.ErrorContains(t, err, "overhead -1")
+	legacy := bytes.Clone(old)
+	legacy[15+4+3] = 0xbf // bandwidth -1.0: what UCX up to 1.11 packed
+	_, err = WalkWorkerAddress(legacy)
+	assert.NoError(t, err, "negative bandwidth")
+
 	_, err = WalkWorkerAddress([]byte{0x20, 1, 2, 3, 4, 5, 6, 7, 8, addrNoDevices})
 	assert.NoError(t, err, "no devices")
 }
