@@ -1,6 +1,8 @@
 package ucp
 
 import (
+	"encoding/binary"
+	"os"
 	"sync"
 
 	"github.com/ucxgo/ucx/internal/errs"
@@ -83,8 +85,10 @@ func (s mdSet) empty() bool { return s == mdSet{} }
 type peerAddressChecker struct {
 	once         sync.Once
 	local        map[uint16]localTransport
-	amSegmentMin int   // a packed key of this context fits in a segment this large
-	err          error // the worker's own address does not walk
+	fifoPosix    int64  // the size of this worker's posix receive FIFO, 0 if unknown
+	fifoSysv     uint64 // likewise, System V
+	amSegmentMin int    // a packed key of this context fits in a segment this large
+	err          error  // the worker's own address does not walk
 }
 
 // checkPeerAddress walks raw, a peer's UCX address (wire.WalkWorkerAddress),
@@ -125,6 +129,18 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 		}
 		c.local = map[uint16]localTransport{}
 		for _, i := range info.Interfaces {
+			switch i.TransportCsum {
+			case csumPosix:
+				if path, ok := wire.PosixFIFOPath(i.IfaceAddr); ok {
+					if st, err := os.Stat(path); err == nil {
+						c.fifoPosix = st.Size()
+					}
+				}
+			case csumSysv:
+				if len(i.IfaceAddr) >= 4 {
+					c.fifoSysv, _ = sysvSegmentSize(binary.LittleEndian.Uint32(i.IfaceAddr))
+				}
+			}
 			l := c.local[i.TransportCsum]
 			l.device = l.device || len(i.DeviceAddr) > 0
 			l.iface = l.iface || len(i.IfaceAddr) > 0
@@ -152,6 +168,9 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 		case l.iface && len(i.IfaceAddr) == 0:
 			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty interface address for a transport here that reads one", k)
 		}
+		if err := c.checkFIFO(op, k, i); err != nil {
+			return err
+		}
 		if i.AMSegment >= 0 && i.AMSegment < c.amSegmentMin {
 			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: an active-message segment of %d bytes, smaller than a remote key of this context (up to %d bytes), which UCX asserts fits in one", k, i.AMSegment, c.amSegmentMin)
 		}
@@ -163,6 +182,37 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: memory domain %d also serves a transport whose memory domain here is another, so UCX would hand one transport the other's part of the peer's keys", k, i.MDIndex)
 		}
 		common[i.MDIndex] = mds
+	}
+	return nil
+}
+
+var (
+	csumPosix = wire.TransportCsum("posix")
+	csumSysv  = wire.TransportCsum("sysv")
+)
+
+// checkFIFO refuses a posix or System V interface address whose receive
+// FIFO is a segment smaller than this worker's own: UCX maps the peer's
+// FIFO at the local FIFO's size and writes its elements there, and a
+// shorter file raised SIGBUS inside ucp_ep_create (an empty one, 1.16.0,
+// 1.18.1 and 1.22.0). A segment that does not exist or cannot be read is
+// left to UCX, whose attach fails cleanly.
+func (c *peerAddressChecker) checkFIFO(op string, k int, i wire.AddressInterface) error {
+	switch {
+	case i.TransportCsum == csumPosix && c.fifoPosix > 0:
+		path, ok := wire.PosixFIFOPath(i.IfaceAddr)
+		if !ok {
+			return nil
+		}
+		st, err := os.Stat(path)
+		if err == nil && st.Size() < c.fifoPosix {
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: posix FIFO %s of %d bytes, smaller than the %d UCX maps", k, path, st.Size(), c.fifoPosix)
+		}
+	case i.TransportCsum == csumSysv && c.fifoSysv > 0 && len(i.IfaceAddr) >= 4:
+		id := binary.LittleEndian.Uint32(i.IfaceAddr)
+		if size, ok := sysvSegmentSize(id); ok && size < c.fifoSysv {
+			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: System V FIFO segment %d of %d bytes, smaller than the %d UCX maps", k, id, size, c.fifoSysv)
+		}
 	}
 	return nil
 }

@@ -26,16 +26,31 @@ func sysvSegmentExists(id uint32) bool {
 // uid, gid, cuid, cgid and mode are u32 at offsets 4 to 20 on every
 // architecture of this file.
 func sysvStat(id uint32) (perm [6]uint32, ok bool) {
-	const ipcStat = 2
-	var ds [256]byte // struct shmid64_ds is 112 bytes on amd64 and arm64
-	_, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcStat, uintptr(unsafe.Pointer(&ds)))
-	if errno != 0 {
+	ds, ok := sysvStatRaw(id)
+	if !ok {
 		return perm, false
 	}
 	for i := range perm {
 		perm[i] = binary.NativeEndian.Uint32(ds[4*i:])
 	}
 	return perm, true
+}
+
+// sysvSegmentSize is segment id's size (shm_segsz, after the 48-byte
+// ipc64_perm on every architecture of this file); ok is false where
+// IPC_STAT fails.
+func sysvSegmentSize(id uint32) (size uint64, ok bool) {
+	ds, ok := sysvStatRaw(id)
+	if !ok {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint64(ds[48:]), true
+}
+
+func sysvStatRaw(id uint32) (ds [256]byte, ok bool) { // struct shmid64_ds is 112 bytes on amd64 and arm64
+	const ipcStat = 2
+	_, _, errno := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcStat, uintptr(unsafe.Pointer(&ds)))
+	return ds, errno == 0
 }
 
 // sysvReadWriteGranted reports whether the mode of segment id grants this

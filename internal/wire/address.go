@@ -295,3 +295,21 @@ func (r *addrReader) end() error {
 	}
 	return r.err
 }
+
+// TransportCsum is UCX's checksum of a transport name, as a worker address
+// carries it (ucs_crc16_string: CRC-16, reflected polynomial 0x8408,
+// initial value and final xor 0xffff).
+func TransportCsum(name string) uint16 {
+	crc := uint16(0xffff)
+	for i := 0; i < len(name); i++ {
+		crc ^= uint16(name[i])
+		for range 8 {
+			if crc&1 != 0 {
+				crc = crc>>1 ^ 0x8408
+			} else {
+				crc >>= 1
+			}
+		}
+	}
+	return ^crc
+}

@@ -127,6 +127,14 @@ func TestWalkWorkerAddressV1(t *testing.T) {
 	assert.NoError(t, err, "no devices")
 }
 
+// The checksums UCX 1.18.1 packed for these transports (read off real
+// addresses).
+func TestTransportCsum(t *testing.T) {
+	for name, want := range map[string]uint16{"tcp": 0x19cf, "posix": 0xd3a7, "sysv": 0x538d, "cma": 0x8b47, "self": 0x7563} {
+		assert.Equal(t, want, TransportCsum(name), name)
+	}
+}
+
 func FuzzWalkWorkerAddress(f *testing.F) {
 	f.Add(handV2())
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -59,22 +59,37 @@ const (
 // the directory the key carries. ok is false for a file-backed key without
 // a NUL-terminated directory.
 func PosixSegmentPath(key []byte) (path string, length uint64, ok bool) {
-	seg := binary.LittleEndian.Uint64(key)
-	length = binary.LittleEndian.Uint64(key[PosixLengthOffset:])
+	path, ok = posixPath(binary.LittleEndian.Uint64(key), key[PosixRkeyFixed:])
+	return path, binary.LittleEndian.Uint64(key[PosixLengthOffset:]), ok
+}
+
+// PosixFIFOPath is the file a posix interface address (u64 segment id of
+// the peer's receive FIFO, then, for a file-backed segment, the directory
+// as a NUL-terminated string; uct_mm_iface_get_address) names, as UCX's
+// posix transport opens it; ok is false where it names none.
+func PosixFIFOPath(iface []byte) (path string, ok bool) {
+	if len(iface) < 8 {
+		return "", false
+	}
+	return posixPath(binary.LittleEndian.Uint64(iface), iface[8:])
+}
+
+// posixPath is the file UCX's posix MD opens for segment id seg: its
+// /proc/PID/fd/FD, /dev/shm/ucx_shm_posix_ID or DIR/ucx_shm_posix_ID.
+func posixPath(seg uint64, dir []byte) (string, bool) {
 	id := seg &^ posixSegFlagsMask
 	switch {
 	case seg&PosixSegFlagProcfs != 0:
 		const mask = 1<<posixProcfsBits - 1
-		return fmt.Sprintf("/proc/%d/fd/%d", id&mask, id>>posixProcfsBits&mask), length, true
+		return fmt.Sprintf("/proc/%d/fd/%d", id&mask, id>>posixProcfsBits&mask), true
 	case seg&PosixSegFlagShmOpen != 0:
-		return fmt.Sprintf("/dev/shm/ucx_shm_posix_%x", id), length, true
+		return fmt.Sprintf("/dev/shm/ucx_shm_posix_%x", id), true
 	}
-	dir := key[PosixRkeyFixed:]
 	end := bytes.IndexByte(dir, 0)
 	if end < 1 {
-		return "", 0, false
+		return "", false
 	}
-	return fmt.Sprintf("%s/ucx_shm_posix_%x", string(dir[:end]), id), length, true // string: a copy, so key stays where it is
+	return fmt.Sprintf("%s/ucx_shm_posix_%x", string(dir[:end]), id), true // string: a copy, so the bytes stay where they are
 }
 
 // The packed rkey of ucp_rkey_pack (ucp_rkey_pack_memh, src/ucp/core/
