@@ -35,11 +35,7 @@ type addressSetup struct {
 func newAddressSetup(t *testing.T, tls, version string) *addressSetup {
 	s := &addressSetup{name: tls + "/" + version}
 	s.ctx = newContext(t, ucp.WithConfig("TLS", tls), ucp.WithConfig("ADDRESS_VERSION", version))
-	var err error
-	s.server, err = s.ctx.NewWorker()
-	require.NoError(t, err)
-	s.client, err = s.ctx.NewWorker()
-	require.NoError(t, err)
+	s.server, s.client = twoWorkers(t, s.ctx)
 	runWorker(t, s.server)
 	addr, err := s.server.PackAddress()
 	require.NoError(t, err)
@@ -51,11 +47,6 @@ func newAddressSetup(t *testing.T, tls, version string) *addressSetup {
 	s.key, err = mem.PackRemoteKey()
 	require.NoError(t, err)
 	s.base = mem.Address()
-	t.Cleanup(func() {
-		s.client.Close()
-		s.server.Close()
-		s.ctx.Close()
-	})
 	return s
 }
 
@@ -261,13 +252,7 @@ func FuzzConnectWorker(f *testing.F) {
 // so nothing can be checked before UCX reads them: ConnectWorker refuses
 // every address, and says why.
 func TestConnectWorkerUnifiedMode(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("UNIFIED_MODE", "y"))
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	server, client := twoWorkers(t, newContext(t, ucp.WithConfig("UNIFIED_MODE", "y")))
 	addr, err := server.PackAddress()
 	require.NoError(t, err)
 	_, err = client.ConnectWorker(addr)

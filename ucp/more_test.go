@@ -18,12 +18,7 @@ import (
 
 func TestListenerAcceptAndReject(t *testing.T) {
 	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	server, client := twoWorkers(t, ctx)
 	l, err := server.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()

@@ -429,12 +429,7 @@ func TestAcceptTimeoutNamesAccept(t *testing.T) {
 // (issue 12, item 7: it ran out its ctx with no hint).
 func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, err := ctx.NewWorker() // not progressed until the end
-	require.NoError(t, err)
-	defer server.Close()
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	server, client := twoWorkers(t, ctx) // the server is not progressed until the end
 	addr, err := server.PackAddress()
 	require.NoError(t, err)
 	ep, err := client.ConnectWorker(addr)

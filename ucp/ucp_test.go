@@ -21,6 +21,18 @@ func newContext(t testing.TB, opts ...ucp.ContextOption) *ucp.Context {
 	return ctx
 }
 
+// twoWorkers are a server and a client worker of ctx, closed at cleanup.
+func twoWorkers(t testing.TB, ctx *ucp.Context) (server, client *ucp.Worker) {
+	t.Helper()
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	t.Cleanup(func() { server.Close() })
+	client, err = ctx.NewWorker()
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	return server, client
+}
+
 // UCX's single thread mode is never safe from Go: NewWorker refuses it,
 // and any value that is not a thread mode.
 func TestWorkerThreadModes(t *testing.T) {
