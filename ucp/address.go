@@ -162,17 +162,8 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 		if !here {
 			continue
 		}
-		switch {
-		case l.device && len(i.DeviceAddr) == 0:
-			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty device address for a transport here that reads one", k)
-		case l.iface && len(i.IfaceAddr) == 0:
-			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty interface address for a transport here that reads one", k)
-		}
-		if err := c.checkFIFO(op, k, i); err != nil {
+		if err := c.checkInterface(op, k, i, l); err != nil {
 			return err
-		}
-		if i.AMSegment >= 0 && i.AMSegment < c.amSegmentMin {
-			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: an active-message segment of %d bytes, smaller than a remote key of this context (up to %d bytes), which UCX asserts fits in one", k, i.AMSegment, c.amSegmentMin)
 		}
 		mds, seen := common[i.MDIndex]
 		if !seen {
@@ -186,10 +177,47 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 	return nil
 }
 
+// checkInterface checks peer interface k, of a transport here (l), for
+// what that transport would misread.
+func (c *peerAddressChecker) checkInterface(op string, k int, i wire.AddressInterface, l localTransport) error {
+	switch {
+	case l.device && len(i.DeviceAddr) == 0:
+		return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty device address for a transport here that reads one", k)
+	case l.iface && len(i.IfaceAddr) == 0:
+		return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: empty interface address for a transport here that reads one", k)
+	}
+	if n, fixed := ifaceAddrMin[i.TransportCsum]; fixed && len(i.IfaceAddr) < n {
+		return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: a %d-byte interface address where the transport reads %d", k, len(i.IfaceAddr), n)
+	}
+	if err := c.checkFIFO(op, k, i); err != nil {
+		return err
+	}
+	if i.AMSegment >= 0 && i.AMSegment < c.amSegmentMin {
+		return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: an active-message segment of %d bytes, smaller than a remote key of this context (up to %d bytes), which UCX asserts fits in one", k, i.AMSegment, c.amSegmentMin)
+	}
+	return nil
+}
+
 var (
 	csumPosix = wire.TransportCsum("posix")
 	csumSysv  = wire.TransportCsum("sysv")
 )
+
+// ifaceAddrMin is the fixed part of the interface address some transports
+// read whatever length the peer wrote (their iface_addr_len, the same in
+// the 1.16 to 1.23 sources): UCX hands the transport a pointer, and a
+// shorter address reads the bytes after it (a cma address cut to 1 byte
+// named pid 45 and a get then aborted in process_vm_readv, 4 runs in 15,
+// 1.18.1). Lengths vary by configuration elsewhere (cma appends a pid
+// namespace, posix a namespace or directory, tcp's device address changed
+// between releases), so only this prefix is required.
+var ifaceAddrMin = map[uint16]int{
+	wire.TransportCsum("tcp"):   2, // port
+	wire.TransportCsum("self"):  8, // iface id
+	wire.TransportCsum("cma"):   4, // pid
+	wire.TransportCsum("sysv"):  8, // FIFO segment id
+	wire.TransportCsum("posix"): 8, // FIFO segment id
+}
 
 // checkFIFO refuses a posix or System V interface address whose receive
 // FIFO is a segment smaller than this worker's own: UCX maps the peer's

@@ -139,6 +139,21 @@ func TestCraftedWorkerAddress(t *testing.T) {
 						}
 					}
 				}
+				// Cut: each interface address shorter than its transport
+				// reads, the format kept.
+				for k, i := range info.Interfaces {
+					if len(i.IfaceAddr) < 2 || len(i.IfaceAddr) >= 0x3f {
+						continue
+					}
+					at := offsetIn(s.raw, i.IfaceAddr)
+					crafted := bytes.Clone(s.raw[:at+1])
+					crafted[at-1] = crafted[at-1]&^0x3f | 1
+					crafted = append(crafted, s.raw[at+len(i.IfaceAddr):]...)
+					_, err := s.try(t, crafted)
+					require.ErrorIs(t, err, ucs.ErrInvalidParam, "interface %d: address cut to 1 byte", k)
+					assert.Contains(t, err.Error(), "where the transport reads")
+				}
+
 				var refused, failed, taken1 int
 				for range rounds {
 					for i := range s.raw {
