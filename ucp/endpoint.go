@@ -118,13 +118,16 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 // ConnectWorker creates an endpoint to the worker whose PackAddress is
 // addr. Before UCX reads it, addr is checked, and refused with
 // ucs.ErrInvalidParam where it fails: its checksum, then UCX's address
-// inside (each length within the bytes, the end where the bytes end, no
-// endpoint addresses, finite nonzero bandwidths), then that no transport
-// this worker has gets an empty address it would read. What a transport
-// finds inside a well-formed address (an IP address and port, a
-// shared-memory segment id, a process id) is the peer's word, as in UCX.
-// A worker in UCX_UNIFIED_MODE=y cannot check an address and refuses
-// every one with ucs.ErrUnsupported.
+// inside (each length within the bytes, the end where the bytes end,
+// attributes UCX computes with), then what each transport this worker has
+// would read of it (no address empty or shorter than the transport reads,
+// no receive FIFO smaller than its own, memory-domain indices and
+// active-message sizes UCX can use). What a transport finds inside a
+// well-formed address (an IP address and port, a shared-memory segment
+// id, a process id) is the peer's word, as in UCX, and a hostile one can
+// still crash this process (README, "Not guaranteed"). A worker in
+// UCX_UNIFIED_MODE=y cannot check an address and refuses every one with
+// ucs.ErrUnsupported.
 func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*Endpoint, error) {
 	const op = connectWorkerOp
 	raw, err := addr.unpack()
