@@ -92,19 +92,15 @@ type peerAddressChecker struct {
 }
 
 // checkPeerAddress walks raw, a peer's UCX address (wire.WalkWorkerAddress),
-// and refuses one that a transport of this worker would misread: an empty
-// address the transport reads, or one memory domain index for transports
-// whose domains differ here. The peer's index
-// tells which part of the peer's remote keys a lane's transport reads: one
-// flipped bit gave the sysv device the index of cma's and a put through a
-// genuine key crashed the process (SIGSEGV, 1.18.1). Transports that are
-// not here are not read, and not checked. The worker's own address tells
-// what is here; where it does not walk (UCX_UNIFIED_MODE=y, whose
-// interface entries carry no lengths), no peer address can be checked and
-// ConnectWorker is refused. An interface that announces active messages
-// must take a segment that holds a packed key of this context: UCX asserts
-// it does (ucp_ep.c, rkey_size <= am.max_bcopy, 1.18.1, for a seg size
-// flipped to 0). Call inside Enter.
+// and refuses one that a transport of this worker would misread (see
+// checkInterface), or that gives one memory-domain index to transports
+// whose domains differ here: the index picks which part of the peer's keys
+// a transport reads (one flipped bit gave the sysv device cma's index, and
+// a put through a genuine key crashed the process, SIGSEGV, 1.18.1).
+// Transports that are not here are not read, and not checked. What is here
+// is learned once, from the worker's own address; where that does not walk
+// (UCX_UNIFIED_MODE=y: interface entries without lengths), every peer
+// address is refused. Call inside Enter.
 func (w *Worker) checkPeerAddress(raw []byte) error {
 	const op = connectWorkerOp
 	c := &w.peerAddrs
@@ -178,7 +174,10 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 }
 
 // checkInterface checks peer interface k, of a transport here (l), for
-// what that transport would misread.
+// what that transport would misread: an empty or short address, a FIFO
+// smaller than its own, and an active-message segment too small for a
+// packed key of this context, which UCX asserts fits in one (ucp_ep.c,
+// rkey_size <= am.max_bcopy, 1.18.1, for a seg size flipped to 0).
 func (c *peerAddressChecker) checkInterface(op string, k int, i wire.AddressInterface, l localTransport) error {
 	switch {
 	case l.device && len(i.DeviceAddr) == 0:
