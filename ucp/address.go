@@ -70,15 +70,10 @@ type localTransport struct {
 	mds           mdSet
 }
 
-// mdSet is a set of memory-domain indices (the address format has room
-// for 256).
-type mdSet [4]uint64
+// mdSet is a set of memory-domain indices (the walk refuses 64 and more).
+type mdSet uint64
 
-func (s *mdSet) add(md int) { s[md/64] |= 1 << (md % 64) }
-func (s mdSet) and(o mdSet) (r mdSet) {
-	return mdSet{s[0] & o[0], s[1] & o[1], s[2] & o[2], s[3] & o[3]}
-}
-func (s mdSet) empty() bool { return s == mdSet{} }
+func (s *mdSet) add(md int) { *s |= 1 << md }
 
 // peerAddressChecker learns the local transports from the worker's own
 // address, once.
@@ -165,7 +160,7 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 		if !seen {
 			mds = l.mds
 		}
-		if mds = mds.and(l.mds); mds.empty() {
+		if mds &= l.mds; mds == 0 {
 			return errs.New(op, ucs.ErrInvalidParam, "UCX worker address: interface %d: memory domain %d also serves a transport whose memory domain here is another, so UCX would hand one transport the other's part of the peer's keys", k, i.MDIndex)
 		}
 		common[i.MDIndex] = mds

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"math"
+	"sync"
 
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -66,12 +67,15 @@ const (
 	addrReleaseBits         = 4
 )
 
+// loadedMinor is the loaded release's minor, asked of the library once.
+var loadedMinor = sync.OnceValue(func() int { return int(ucs.LoadedVersion().Minor) })
+
 // releaseOfV1 is the minor release a v1 address's last md index tells, as
 // UCX reads it: the release with those low bits nearest to the loaded one.
 func releaseOfV1(md int) int {
 	const span = 1 << addrReleaseBits
 	packed := md & (span - 1)
-	minor := int(ucs.LoadedVersion().Minor)
+	minor := loadedMinor()
 	delta := minor%span - packed
 	base := minor / span
 	if delta >= span/2 {
@@ -192,7 +196,7 @@ func WalkWorkerAddress(b []byte) (WorkerAddressInfo, error) {
 			last = ifByte&addrIfaceLast != 0
 		}
 		if lenByte&addrDevLast != 0 {
-			strip := !v2 && (ucs.LoadedVersion().Minor <= addrLastLegacyMDRelease || mdByte&addrMDEmpty == 0 || releaseOfV1(md) <= addrLastLegacyMDRelease)
+			strip := !v2 && (loadedMinor() <= addrLastLegacyMDRelease || mdByte&addrMDEmpty == 0 || releaseOfV1(md) <= addrLastLegacyMDRelease)
 			for k := range info.Interfaces {
 				i := &info.Interfaces[k]
 				if strip {
