@@ -72,6 +72,9 @@ type Endpoint struct {
 	// wiring: made through a listener, and no flush has completed on it
 	// yet, so its UCX configuration may still change (see UnpackRemoteKey).
 	wiring atomic.Bool
+	// handshakeHint says, for an endpoint made through a listener, why a
+	// wait may not end before the handshake has: who must answer.
+	handshakeHint string
 
 	readers endpointReaders // which reader UCX gives each key part (rkeyreader.go)
 }
@@ -91,7 +94,9 @@ type endpointState struct {
 	byClose bool // Close closes the UCX endpoint itself; the release does only for a collected endpoint
 }
 
-func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
+// newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
+// through a listener (see Endpoint.wiring).
+func (w *Worker) newEndpoint(op, handshakeHint string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
 	if !w.res.Enter() {
 		return nil, closedError(op)
 	}
@@ -106,8 +111,8 @@ func (w *Worker) newEndpoint(op string, wiring bool, create func() (cgo.Endpoint
 		}
 		return nil, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1)}
-	ep.wiring.Store(wiring)
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint}
+	ep.wiring.Store(handshakeHint != "")
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
 	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight)})
@@ -144,7 +149,7 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 	}
 	padded := peerAddressCopy(raw)
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, false, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
+	return w.newEndpoint(op, "", func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr
@@ -159,7 +164,8 @@ func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error)
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
 	}
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, true, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	hint := fmt.Sprintf("the handshake with %s has not finished: the listener there has not accepted the connection yet, or what answers there is not a UCX listener", ap)
+	return w.newEndpoint(op, hint, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
 }
 
 // checkFailed delivers an error the shim's handler recorded. Called with
@@ -212,6 +218,10 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 	ep.w.res.Ref() // the flush's, dropped by await
 	ep.res.Exit()
 	if err := ep.w.await(ctx, op, r, nil); err != nil {
+		var e *ucs.Error
+		if ep.wiring.Load() && errors.As(err, &e) && e.Err == ucs.ErrTimedOut {
+			e.Reason = "gave up waiting; " + ep.handshakeHint
+		}
 		return err
 	}
 	ep.wiring.Store(false) // a completed flush waited for the wire-up
@@ -435,7 +445,8 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: accept connection"
 	o := endpointOpts(opts)
 	consumed := false
-	ep, err := cr.l.w.newEndpoint(op, true, func() (cgo.Endpoint, cgo.Status) {
+	hint := fmt.Sprintf("the handshake with client %s has not finished: its worker is not being progressed", cr.from)
+	ep, err := cr.l.w.newEndpoint(op, hint, func() (cgo.Endpoint, cgo.Status) {
 		consumed = true
 		return cr.l.w.c.Accept(cr.c, o.peerErr)
 	})
