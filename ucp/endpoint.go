@@ -311,7 +311,10 @@ type Listener struct {
 	addr netip.AddrPort
 }
 
-// Listen listens on addr ("host:port"; port 0 picks a free one).
+// Listen listens on addr ("host:port"; port 0 picks a free one). UCX reads
+// what a client sends in its own thread, unchecked, and 17 bytes from any
+// TCP client can abort the process (README, "Known UCX issues met"): listen
+// only where the hosts that reach the port are trusted.
 func (w *Worker) Listen(addr string) (*Listener, error) {
 	op := fmt.Sprintf("ucp: listen on %s", addr)
 	ap, err := netip.ParseAddrPort(addr)
