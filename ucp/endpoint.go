@@ -45,12 +45,15 @@ const (
 	// CloseFlush completes outstanding operations and disconnects cleanly.
 	CloseFlush CloseMode = iota
 	// CloseForce drops outstanding operations (they end with an error).
-	// When gets are in flight on the endpoint, it first waits for them, for
-	// up to forceCloseGrace (and within Close's ctx): UCX 1.18.1 and
-	// 1.23.0~rc1 abort when the reply to an emulated get arrives after a
-	// force close (assertion on the worker's flush_ops_count, in
-	// ucp_get_rep_handler), measured. Gets the grace does not finish are
-	// forced.
+	// It first waits, for up to forceCloseGrace (and within Close's ctx),
+	// for what UCX must finish before: the gets in flight on the endpoint
+	// (UCX 1.18.1 and 1.23.0~rc1 abort when the reply to an emulated get
+	// arrives after a force close: assertion on the worker's
+	// flush_ops_count, in ucp_get_rep_handler), and the handshake of an
+	// endpoint made through a listener that no flush has completed on
+	// (closed right after Connect, 9 runs in 60 of 200 connections aborted
+	// UCX 1.18.1's connection manager: tcp_sockcm_ep.c:416). What the grace
+	// does not finish is forced.
 	CloseForce
 )
 
@@ -70,8 +73,10 @@ type Endpoint struct {
 	id uint64 // tells the endpoint a remote key was unpacked on
 
 	// wiring: made through a listener, and no flush has completed on it
-	// yet, so its UCX configuration may still change (see UnpackRemoteKey).
-	wiring atomic.Bool
+	// yet, so its UCX configuration may still change (see UnpackRemoteKey)
+	// and its handshake may be under way (see CloseForce). Shared with the
+	// endpoint's state, which Close reads.
+	wiring *atomic.Bool
 	// handshakeHint says, for an endpoint made through a listener, why a
 	// wait may not end before the handshake has: who must answer.
 	handshakeHint string
@@ -91,7 +96,8 @@ type endpointState struct {
 	// for. A separate allocation: requests given to the worker keep it and
 	// must not keep the Endpoint.
 	gets    *getsInFlight
-	byClose bool // Close closes the UCX endpoint itself; the release does only for a collected endpoint
+	wiring  *atomic.Bool // Endpoint.wiring
+	byClose bool         // Close closes the UCX endpoint itself; the release does only for a collected endpoint
 }
 
 // newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
@@ -111,11 +117,11 @@ func (w *Worker) newEndpoint(op, handshakeHint string, create func() (cgo.Endpoi
 		}
 		return nil, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint}
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint, wiring: new(atomic.Bool)}
 	ep.wiring.Store(handshakeHint != "")
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight)})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight), wiring: ep.wiring})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -257,6 +263,9 @@ func releaseEndpoint(s *endpointState) {
 // ctx; a nil ctx hands the close to the worker instead of waiting.
 func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error {
 	w := s.w
+	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.wiring.Load() {
+		waitHandshakeBeforeForce(ctx, s)
+	}
 	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.gets.pending() {
 		waitGetsBeforeForce(ctx, s)
 	}
@@ -270,6 +279,13 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 		free()
 		if r.St != 0 && !force {
 			return &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
+		}
+		if ctx != nil {
+			// UCX releases the transport endpoints it discarded (2 file
+			// descriptors for tcp before wire-up) on the worker's next
+			// progress: with none, a worker whose endpoints are closed in
+			// a loop ran out of descriptors and crashed when destroyed.
+			w.progress()
 		}
 		return nil
 	}
@@ -288,6 +304,22 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 				"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}
 	}
 	return err
+}
+
+// waitHandshakeBeforeForce flushes an endpoint still in its handshake, for
+// at most forceCloseGrace and within the Close's ctx: see CloseForce. A
+// flush that does not complete is left to the worker, and the force close
+// ends it.
+func waitHandshakeBeforeForce(ctx context.Context, s *endpointState) {
+	ctx, cancel := context.WithTimeout(ctx, forceCloseGrace)
+	defer cancel()
+	s.w.mu.Lock()
+	r := s.c.Flush()
+	s.w.mu.Unlock()
+	s.w.res.Ref() // the flush's, dropped by await
+	if s.w.await(ctx, "ucp: close endpoint (handshake)", r, nil) == nil {
+		s.wiring.Store(false)
+	}
 }
 
 // waitGetsBeforeForce progresses the worker of a closed endpoint (no
