@@ -231,6 +231,10 @@ func (w Worker) Listen(addr netip.AddrPort) (l Listener, bound netip.AddrPort, s
 	return l, fromSockaddr(&out), 0
 }
 
+// Close rejects the pending requests and every later one; the UCX
+// listener stays until Destroy.
+func (l Listener) Close() { C.ucxgo_listener_close(l.p) }
+
 // Destroy destroys the listener and drops pending requests.
 func (l Listener) Destroy() { C.ucxgo_listener_destroy(l.p) }
 

@@ -398,7 +398,7 @@ static void ucxgo_conn_cb(ucp_conn_request_h request, void *arg)
     ucp_conn_request_attr_t attr;
     ucxgo_conn_t *c;
 
-    c = calloc(1, sizeof(*c));
+    c = l->closed ? NULL : calloc(1, sizeof(*c));
     if (c == NULL) {
         ucp_listener_reject(l->listener, request);
         return;
@@ -452,6 +452,19 @@ ucs_status_t ucxgo_listener_create(ucxgo_worker_t *w, const struct sockaddr *add
     *bound = attr.sockaddr;
     *l_p   = l;
     return UCS_OK;
+}
+
+/* A closed listener stays in UCX until its worker goes: UCX 1.16 to 1.23
+ * deliver the request of a connection accepted before ucp_listener_destroy
+ * to the freed listener (SIGSEGV in ucp_cm_server_conn_request_cb). */
+void ucxgo_listener_close(ucxgo_listener_t *l)
+{
+    ucxgo_conn_t *c;
+
+    l->closed = 1;
+    while ((c = ucxgo_listener_take(l)) != NULL) {
+        ucxgo_listener_reject(l, c);
+    }
 }
 
 void ucxgo_listener_destroy(ucxgo_listener_t *l)

@@ -38,12 +38,16 @@ type engine struct {
 	abandoned  []abandonedRequest          // requests whose waiters gave up; see abandonTo
 	rndv       map[unsafe.Pointer]struct{} // rendezvous data not yet received or dropped, a worker reference each
 	draining   bool                        // the drainer progresses the closed worker
+	listeners  []cgo.Listener              // closed listeners, destroyed with the worker (see releaseListener)
 	drainUntil time.Time                   // when the drainer gives up on it
 }
 
 func releaseWorker(e *engine) {
 	if e.efd != nil {
 		e.efd.Close()
+	}
+	for _, l := range e.listeners {
+		l.Destroy()
 	}
 	e.c.Destroy()
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,5 +511,75 @@ func forceCloseRightAfterConnect(t *testing.T) {
 		require.NoError(t, err)
 		// The server's end may still be closing: a few descriptors of slack.
 		require.LessOrEqual(t, openFDs(t), fds+6, "after %d cycles", i+1)
+	}
+}
+
+// TestCloseListenerWhileClientsConnect: a server shuts down, closing its
+// listener while four clients connect, flush and force-close in a loop;
+// its accept loop, which stops at the first error, must end with the
+// close and not before. UCX delivered a connection taken before
+// ucp_listener_destroy to the freed listener: SIGSEGV in
+// ucp_cm_server_conn_request_cb, 9 of 20 runs on 1.18.1 (and on 1.16.0,
+// 1.22.0 and 1.23.0~rc1) before a closed listener stayed in UCX until its
+// worker went.
+func TestCloseListenerWhileClientsConnect(t *testing.T) {
+	runRounds(t, "TestCloseListenerWhileClientsConnectOnce", 4, 5)
+}
+
+func TestCloseListenerWhileClientsConnectOnce(t *testing.T) {
+	repeatInChild(t, closeListenerWhileClientsConnect)
+}
+
+func closeListenerWhileClientsConnect(t *testing.T) {
+	ctx := newContext(t)
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer server.Close()
+	l, err := server.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+
+	var eps []*ucp.Endpoint
+	acceptEnded := make(chan error, 1)
+	go func() {
+		for {
+			ep, err := l.Accept(context.Background())
+			if err != nil {
+				acceptEnded <- err
+				return
+			}
+			eps = append(eps, ep)
+		}
+	}()
+	var clients sync.WaitGroup
+	for range 4 {
+		client, err := ctx.NewWorker()
+		require.NoError(t, err)
+		defer client.Close()
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for range 5 {
+				ep, err := client.Connect(addr)
+				if err != nil {
+					return
+				}
+				wait, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+				ep.Flush(wait)
+				cancel()
+				wait, cancel = context.WithTimeout(context.Background(), 30*time.Millisecond)
+				ep.Close(wait, ucp.CloseForce)
+				cancel()
+			}
+		}()
+	}
+	time.Sleep(40 * time.Millisecond)
+	require.NoError(t, l.Close())
+	require.ErrorIs(t, <-acceptEnded, ucs.ErrClosed)
+	clients.Wait()
+	closing, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, ep := range eps {
+		ep.Close(closing, ucp.CloseForce)
 	}
 }

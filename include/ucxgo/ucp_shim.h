@@ -55,6 +55,7 @@ typedef struct ucxgo_listener {
     ucp_listener_h   listener;
     ucxgo_worker_t  *worker;
     ucxgo_conn_t    *head, *tail;
+    int              closed;   /* requests are rejected on arrival */
 } ucxgo_listener_t;
 
 typedef struct ucxgo_am_handler {
@@ -101,6 +102,7 @@ ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w);
 ucs_status_t ucxgo_listener_create(ucxgo_worker_t *w, const struct sockaddr *addr,
                                    socklen_t addrlen, ucxgo_listener_t **l_p,
                                    struct sockaddr_storage *bound);
+void ucxgo_listener_close(ucxgo_listener_t *l);
 void ucxgo_listener_destroy(ucxgo_listener_t *l);
 ucxgo_conn_t *ucxgo_listener_take(ucxgo_listener_t *l);
 ucs_status_t ucxgo_listener_reject(ucxgo_listener_t *l, ucxgo_conn_t *c);
