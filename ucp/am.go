@@ -23,7 +23,9 @@ type AMID uint16
 // the worker (Run, Progress, a blocking call), and must not block: while
 // one runs, no other message is dispatched (code that would wait, for
 // a lock, a channel or a Request, uses an AMQueue instead); it may send,
-// and may start the receive of rendezvous data (AMMessage.ReceiveInto).
+// may start the receive of rendezvous data (AMMessage.ReceiveInto), and
+// may close the worker (Worker.Close returns at once, and the close
+// finishes when the wait that ran the handler has ended).
 // msg may be kept, but rendezvous data not received by the time the
 // handler returns is dropped (a later ReceiveInto is an error).
 type AMHandler func(msg *AMMessage)

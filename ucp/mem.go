@@ -3,13 +3,14 @@ package ucp
 import (
 	"context"
 	"errors"
-	"github.com/ucxgo/ucx/internal/errs"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -141,7 +142,8 @@ func (m *Mem) collect() { m.res.Collect() }
 
 // Allocate has UCX allocate and register n bytes (n may be 0), for RMA.
 // UCX may map more than n (a whole number of pages, for shared memory):
-// Len is the length mapped, and a packed region offers all of it.
+// Len is the length mapped, and a packed region offers all of it. An n
+// larger than this machine's memory is refused with ucs.ErrNoMemory.
 func (c *Context) Allocate(n int, opts ...MapOption) (*Mem, error) {
 	return c.memMap("ucp: map allocated memory", ucs.MemAllocated, n, nil, nil, nil, opts)
 }
@@ -187,6 +189,11 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	}
 	if n < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
+	}
+	if ram := physicalMemory(); kind == ucs.MemAllocated && ram > 0 && uint64(n) > ram {
+		// UCX's posix allocator filled /dev/shm with a length of 1<<62
+		// until the kernel killed the process.
+		return nil, errs.New(op, ucs.ErrNoMemory, fmt.Sprintf("%d bytes is more than this machine's memory (%d bytes)", n, ram))
 	}
 	if kind == ucs.MemRegistered && n == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty buffer")

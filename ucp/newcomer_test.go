@@ -583,3 +583,40 @@ func closeListenerWhileClientsConnect(t *testing.T) {
 		ep.Close(closing, ucp.CloseForce)
 	}
 }
+
+// TestWorkerCloseInsideHandler: a handler decides the service is done and
+// closes its worker. The handler ran inside Run, which the close waits
+// for: it hung for good before a close from a handler finished once the
+// handler had returned. Close returns at once, Run ends with ErrClosed,
+// and the worker's methods fail from the handler on.
+func TestWorkerCloseInsideHandler(t *testing.T) {
+	p := newListenerPair(t)
+	closed := make(chan error, 1)
+	afterClose := make(chan error, 1)
+	require.NoError(t, p.server.SetAMHandler(7, func(*ucp.AMMessage) {
+		closed <- p.server.Close()
+		_, err := p.server.Progress()
+		afterClose <- err
+	}))
+	running, stop := context.WithCancel(context.Background())
+	defer stop()
+	ran := make(chan error, 1)
+	server := p.server
+	go func() { ran <- server.Run(running) }()
+	req, err := p.cep.SendAM(7, nil, []byte("done"), 0)
+	require.NoError(t, err)
+	defer req.Detach()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's Close did not return")
+	}
+	require.ErrorIs(t, <-afterClose, ucs.ErrClosed)
+	select {
+	case err := <-ran:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not end after the handler closed its worker")
+	}
+}

@@ -3,6 +3,7 @@ package ucp_test
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -422,4 +423,17 @@ func TestExportedMemhFeatureUnreachableExplained(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ucs.ErrUnreachable)
 	assert.Contains(t, err.Error(), "UCP_FEATURE_EXPORTED_MEMH")
+}
+
+// TestAllocateMoreThanMemory: a length no machine here can hold is refused
+// before UCX sees it (UCX's posix allocator filled /dev/shm with 1<<62 until
+// the kernel killed the process).
+func TestAllocateMoreThanMemory(t *testing.T) {
+	ctx := newContext(t)
+	for _, n := range []int{1 << 62, math.MaxInt} {
+		m, err := ctx.Allocate(n)
+		require.ErrorIs(t, err, ucs.ErrNoMemory, "%d bytes", n)
+		require.Nil(t, m)
+		require.ErrorContains(t, err, "more than this machine's memory")
+	}
 }

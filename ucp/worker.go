@@ -269,9 +269,11 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 	return n, dispatcher
 }
 
-// Wait blocks until the worker has made progress or ctx is done; the
-// worker sleeps on its event fd meanwhile. The worker's Close ends it with
-// an error wrapping ucs.ErrClosed.
+// Wait blocks until the worker has progressed something, or may have
+// (its event fd fired, or the 50 ms guard against a missed wake-up
+// passed), or ctx is done; the worker sleeps on its event fd meanwhile. A
+// nil return does not say anything happened: loop on Wait as Run does. The
+// worker's Close ends a Wait asleep with an error wrapping ucs.ErrClosed.
 func (w *Worker) Wait(ctx context.Context) error {
 	if !w.res.Enter() {
 		return closedError("ucp: wait on worker")
@@ -337,7 +339,12 @@ func (w *Worker) signal() {
 // listeners and requests are done too. A Run, Wait, Listener.Accept or
 // AMQueue.Receive on the worker wakes at once and returns an error wrapping
 // ucs.ErrClosed; requests, flushes and closes in progress go on being
-// progressed until they complete.
+// progressed until they complete. Nothing else progresses a closed
+// worker, so a peer's operation that needs this side (its flush, its get)
+// waits until this side's endpoints are closed or peer error handling
+// gives up on them. Called from an active-message handler, Close marks
+// the worker closed and returns, and finishes once the wait that ran the
+// handler (Run, say) has ended.
 func (w *Worker) Close() error {
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.
@@ -346,6 +353,24 @@ func (w *Worker) Close() error {
 	}
 	w.res.Ref()
 	w.res.Exit()
+	w.mu.Lock()
+	inHandler := w.dispatching
+	w.mu.Unlock()
+	if inHandler {
+		// A handler may be the caller, run by a wait in flight on the
+		// worker (Run, say), which the close would wait for: mark the
+		// worker closed now (Enter fails from here on) and finish once
+		// that wait has ended.
+		w.res.MarkClosing(w.signal)
+		go w.finishClose()
+		return nil
+	}
+	w.finishClose()
+	return nil
+}
+
+// finishClose is Close after its reference was taken.
+func (w *Worker) finishClose() {
 	// Wake a goroutine asleep in Run or Wait: it sees Closing and ends now
 	// instead of at its next guard tick.
 	if w.res.CloseWaking(w.signal) {
@@ -353,5 +378,4 @@ func (w *Worker) Close() error {
 		startDrain(w.res)
 	}
 	w.res.Release()
-	return nil
 }

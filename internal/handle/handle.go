@@ -111,10 +111,15 @@ func (r *Resource[S]) Collect() {
 	}
 }
 
-// Enter starts an operation: it returns false if r is closed. On true the
-// caller must call Exit when its C call returns.
+// Enter starts an operation: it returns false once a Close has started. On
+// true the caller must call Exit when its C call returns. It never waits:
+// only a Close locks mu, and a reader queued behind it would deadlock a
+// Close waiting for an operation that enters again (an active-message
+// handler that Run, in flight on the worker, calls).
 func (r *Resource[S]) Enter() bool {
-	r.mu.RLock()
+	if r.closing.Load() || !r.mu.TryRLock() {
+		return false
+	}
 	if r.closed {
 		r.mu.RUnlock()
 		return false
@@ -153,9 +158,17 @@ func (r *Resource[S]) markClosed(set func(*S)) bool {
 // owner's reference. It reports whether this call was the one that closed r.
 func (r *Resource[S]) Close() bool { return r.CloseWith(nil) }
 
+// MarkClosing starts a close that a later CloseWaking finishes: from now
+// on Enter fails, and wake ends waits in flight.
+func (r *Resource[S]) MarkClosing(wake func()) {
+	r.closing.Store(true)
+	wake()
+}
+
 // CloseWaking is Close that calls wake once Closing reports true and
 // before waiting for the operations in flight, so that an operation asleep
 // (a worker's wait) can be woken to see Closing and end at once.
+
 func (r *Resource[S]) CloseWaking(wake func()) bool {
 	r.closing.Store(true)
 	wake()
