@@ -620,3 +620,38 @@ func TestWorkerCloseInsideHandler(t *testing.T) {
 		t.Fatal("Run did not end after the handler closed its worker")
 	}
 }
+
+// TestHandlerCallsWorkerDuringClose: another goroutine closes the worker
+// while a handler runs, and the handler then calls the worker. The close
+// waits for the Run that runs the handler; the handler's call must fail
+// with ErrClosed, not queue behind the close (a deadlock).
+func TestHandlerCallsWorkerDuringClose(t *testing.T) {
+	p := newListenerPair(t)
+	inHandler := make(chan struct{})
+	closeStarted := make(chan struct{})
+	handlerCall := make(chan error, 1)
+	require.NoError(t, p.server.SetAMHandler(7, func(*ucp.AMMessage) {
+		close(inHandler)
+		<-closeStarted
+		_, err := p.server.Progress()
+		handlerCall <- err
+	}))
+	runWorker(t, p.server)
+	closed := make(chan error, 1)
+	server := p.server
+	go func() {
+		<-inHandler
+		time.AfterFunc(50*time.Millisecond, func() { close(closeStarted) })
+		closed <- server.Close()
+	}()
+	req, err := p.cep.SendAM(7, nil, []byte("x"), 0)
+	require.NoError(t, err)
+	defer req.Detach()
+	select {
+	case err := <-handlerCall:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's call waited behind the close")
+	}
+	require.NoError(t, <-closed)
+}
