@@ -361,6 +361,9 @@ func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
 // messages nobody received, and wakes a waiting Receive, which returns
 // ucs.ErrClosed.
 func (q *AMQueue) Close() error {
+	if q == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	if q.closed.Swap(true) {
 		return nil
 	}

@@ -133,6 +133,9 @@ func (c *Context) Info() (Info, error) {
 // Close closes the context; its UCX object goes when its workers and
 // mappings are closed too.
 func (c *Context) Close() error {
+	if c == nil || c.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	c.res.Close()
 	return nil
 }

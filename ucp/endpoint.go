@@ -239,6 +239,9 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // to finish. Remote keys unpacked on the endpoint are only good for RMA on
 // it, but belong to its worker: closing them after the endpoint is safe.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
+	if ep == nil || ep.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	// The call that closes the handle closes the UCX endpoint, with its ctx
 	// and mode. It holds the worker meanwhile: the handle's reference on it
 	// goes when the handle is closed. The Ref is taken under the handle's
@@ -478,6 +481,9 @@ func releaseConn(s *connState) {
 // can still deliver a connection it took before the close to the listener
 // (and crashed when that was destroyed).
 func (l *Listener) Close() error {
+	if l == nil || l.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	// An Accept asleep on the worker ends now. The wake signals the UCX
 	// worker: only while the listener, which holds it, is held here (a
 	// second Close found it destroyed: SIGSEGV).

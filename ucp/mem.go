@@ -349,6 +349,9 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 // key, and a peer's put or get served from unmapped memory would crash this
 // process. Slices from Bytes must not be used after Close.
 func (m *Mem) Close() error {
+	if m == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	handle.CloseFinalized(m, &m.res)
 	return nil
 }
@@ -465,6 +468,9 @@ func wireupError(op string, err error) error {
 
 // Close destroys the remote key once no operation in flight uses it.
 func (rk *RemoteKey) Close() error {
+	if rk == nil || rk.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	handle.CloseFinalized(rk, rk.res)
 	return nil
 }

@@ -655,3 +655,32 @@ func TestHandlerCallsWorkerDuringClose(t *testing.T) {
 	}
 	require.NoError(t, <-closed)
 }
+
+// TestCloseNilHandles: cleanup code closes what it may never have got
+// (a deferred Close after a failed constructor, a zero struct field).
+func TestCloseNilHandles(t *testing.T) {
+	var (
+		ctx *ucp.Context
+		w   *ucp.Worker
+		l   *ucp.Listener
+		ep  *ucp.Endpoint
+		m   *ucp.Mem
+		rk  *ucp.RemoteKey
+		q   *ucp.AMQueue
+		lr  *ucp.LocalRegion
+	)
+	assert.NoError(t, ctx.Close())
+	assert.NoError(t, w.Close())
+	assert.NoError(t, l.Close())
+	assert.NoError(t, ep.Close(context.Background(), ucp.CloseForce))
+	assert.NoError(t, m.Close())
+	assert.NoError(t, rk.Close())
+	assert.NoError(t, q.Close())
+	assert.NoError(t, lr.Close(context.Background()))
+	assert.NoError(t, new(ucp.Context).Close())
+	assert.NoError(t, new(ucp.Worker).Close())
+	assert.NoError(t, new(ucp.Listener).Close())
+	assert.NoError(t, new(ucp.Endpoint).Close(context.Background(), ucp.CloseFlush))
+	assert.NoError(t, new(ucp.RemoteKey).Close())
+	assert.NoError(t, new(ucp.LocalRegion).Close(context.Background()))
+}

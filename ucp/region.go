@@ -322,6 +322,9 @@ func (w *Worker) LocalRegion(ctx context.Context, m *Mem) (*LocalRegion, error) 
 // Close closes the loopback's key and endpoint, completing what was
 // started on it first (bounded by ctx).
 func (l *LocalRegion) Close(ctx context.Context) error {
+	if l == nil || l.ep == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	l.key.Close()
 	return l.ep.Close(ctx, CloseFlush)
 }

@@ -346,6 +346,9 @@ func (w *Worker) signal() {
 // the worker closed and returns, and finishes once the wait that ran the
 // handler (Run, say) has ended.
 func (w *Worker) Close() error {
+	if w == nil || w.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.
 	if !w.res.Enter() {

@@ -141,6 +141,9 @@ func (m *MD) Attr() Attr { return m.attr }
 // Close closes the MD. Its UCX object is released once every registration,
 // allocation and remote key made with it is closed too.
 func (m *MD) Close() error {
+	if m == nil || m.res == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	m.res.Close()
 	return nil
 }

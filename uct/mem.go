@@ -249,6 +249,9 @@ func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]by
 // Close releases the registration, allocation or attachment. Slices from
 // Bytes must not be used after it.
 func (mem *Mem) Close() error {
+	if mem == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	handle.CloseFinalized(mem, &mem.res)
 	return nil
 }
@@ -305,6 +308,9 @@ func (rk *RemoteKey) Value() (uint64, error) {
 
 // Close releases the remote key.
 func (rk *RemoteKey) Close() error {
+	if rk == nil {
+		return nil // nothing to close: cleanup code may close what it never got
+	}
 	handle.CloseFinalized(rk, &rk.res)
 	return nil
 }

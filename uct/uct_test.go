@@ -408,3 +408,16 @@ func TestFlagsJSONRoundTrip(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &mb))
 	assert.Equal(t, m, mb)
 }
+
+// TestCloseNilHandles: cleanup code closes what it may never have got.
+func TestCloseNilHandles(t *testing.T) {
+	var (
+		md  *uct.MD
+		mem *uct.Mem
+		rk  *uct.RemoteKey
+	)
+	require.NoError(t, md.Close())
+	require.NoError(t, mem.Close())
+	require.NoError(t, rk.Close())
+	require.NoError(t, new(uct.MD).Close())
+}
