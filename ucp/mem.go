@@ -190,10 +190,10 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	if n < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
 	}
-	if ram := physicalMemory(); kind == ucs.MemAllocated && ram > 0 && uint64(n) > ram {
+	if kind == ucs.MemAllocated && physicalMemory() > 0 && uint64(n) > physicalMemory() {
 		// UCX's posix allocator filled /dev/shm with a length of 1<<62
 		// until the kernel killed the process.
-		return nil, errs.New(op, ucs.ErrNoMemory, fmt.Sprintf("%d bytes is more than this machine's memory (%d bytes)", n, ram))
+		return nil, errs.New(op, ucs.ErrNoMemory, fmt.Sprintf("%d bytes is more than this machine's memory (%d bytes)", n, physicalMemory()))
 	}
 	if kind == ucs.MemRegistered && n == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty buffer")
