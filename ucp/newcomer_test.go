@@ -473,13 +473,7 @@ func TestForceCloseRightAfterConnectOnce(t *testing.T) {
 }
 
 func forceCloseRightAfterConnect(t *testing.T) {
-	ctx := newContext(t)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
+	ctx, _, l := listeningServer(t)
 	client, err := ctx.NewWorker()
 	require.NoError(t, err)
 	defer client.Close()
@@ -531,12 +525,7 @@ func TestCloseListenerWhileClientsConnectOnce(t *testing.T) {
 }
 
 func closeListenerWhileClientsConnect(t *testing.T) {
-	ctx := newContext(t)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
+	ctx, _, l := listeningServer(t)
 	addr := l.Addr().String()
 
 	var eps []*ucp.Endpoint

@@ -44,13 +44,7 @@ var nonUCXProbes = map[string][]byte{
 // for it, releases the socket when the client closes, and accepts the next
 // UCX client.
 func TestListenerSurvivesNonUCXClients(t *testing.T) {
-	ctx := newContext(t)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
+	ctx, server, l := listeningServer(t)
 	fdsBefore := openFDs(t)
 
 	for name, probe := range nonUCXProbes {
@@ -94,13 +88,7 @@ func TestListenerSurvivesNonUCXClients(t *testing.T) {
 // the listener's Close included (measured on 1.18.1 and 1.22.0): the
 // README says so, this test holds it to the worker's Close.
 func TestListenerKeepsLongNonUCXClients(t *testing.T) {
-	ctx := newContext(t)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
+	_, server, l := listeningServer(t)
 	c, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	_, err = c.Write(pattern(64<<10, 3))
@@ -196,6 +184,21 @@ func TestConnectToNonUCXServer(t *testing.T) {
 			assert.True(t, err == nil || errors.Is(err, ucs.ErrConnectionReset), "%v", err)
 		})
 	}
+}
+
+// listeningServer is a context, a server worker and its listener on
+// loopback, closed when the test ends (Close is idempotent: a test may
+// close them sooner).
+func listeningServer(t testing.TB) (*ucp.Context, *ucp.Worker, *ucp.Listener) {
+	t.Helper()
+	ctx := newContext(t)
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	t.Cleanup(func() { server.Close() })
+	l, err := server.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return ctx, server, l
 }
 
 // openFDs counts this process's open file descriptors.
