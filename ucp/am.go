@@ -155,8 +155,8 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	const op = "ucp: receive active-message data"
 	// Entered once: the copy or the transfer happens before Close unmaps.
-	if !mem.res.Enter() {
-		return Request{}, closedError(op)
+	if err := mem.enter(op); err != nil {
+		return Request{}, err
 	}
 	defer mem.res.Exit()
 	b, err := mem.bytes(op)
@@ -329,6 +329,9 @@ func (q *AMQueue) ready() bool { return q.queued.Load() > 0 || q.closed.Load() }
 // Receive returns the next message, waiting for it within ctx. After the
 // queue's or the worker's Close it returns an error wrapping ucs.ErrClosed.
 func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
+	if q.w == nil {
+		return nil, closedError("ucp: receive active message") // a zero queue
+	}
 	for {
 		// Closed first: messages still queued when the worker closed are
 		// not handed out (their rendezvous data is gone with it).
@@ -364,8 +367,8 @@ func (q *AMQueue) Close() error {
 	if q == nil {
 		return nil // nothing to close: cleanup code may close what it never got
 	}
-	if q.closed.Swap(true) {
-		return nil
+	if q.w == nil || q.closed.Swap(true) {
+		return nil // a zero queue, or closed
 	}
 	q.w.clearHandler("ucp: close active-message queue", q.id, q) // a closed worker's handlers go with it
 	q.mu.Lock()

@@ -503,6 +503,9 @@ func (cr *ConnRequest) ClientAddr() netip.AddrPort { return cr.from }
 // Accept creates the server side endpoint of the connection.
 func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: accept connection"
+	if cr.l == nil {
+		return nil, closedError(op) // a zero ConnRequest
+	}
 	o := endpointOpts(opts)
 	consumed := false
 	hint := fmt.Sprintf("the handshake with client %s has not finished: its worker is not being progressed", cr.from)

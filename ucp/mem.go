@@ -45,6 +45,17 @@ func WithMemoryType(t ucs.MemoryType) MapOption {
 	return func(o *mapOptions) { o.memType = t }
 }
 
+// enter is res.Enter for a mapping passed to op, which may be nil.
+func (m *Mem) enter(op string) error {
+	if m == nil {
+		return errs.New(op, ucs.ErrInvalidParam, "nil memory mapping")
+	}
+	if !m.res.Enter() {
+		return closedError(op)
+	}
+	return nil
+}
+
 // Mem is a UCP memory mapping (ucp_mem_h).
 type Mem struct {
 	res  handle.Resource[memState] // embedded: a mapping is one allocation

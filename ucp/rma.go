@@ -39,8 +39,8 @@ func (ep *Endpoint) Get(b []byte, raddr uint64, rkey *RemoteKey) (Request, error
 }
 
 func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
-	if !m.res.Enter() {
-		return Request{}, closedError(op)
+	if err := m.enter(op); err != nil {
+		return Request{}, err
 	}
 	defer m.res.Exit()
 	p, err := m.span(op, off, n)
@@ -155,8 +155,8 @@ func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Req
 // SendAMMem sends an active message whose data is n bytes of m at off.
 func (ep *Endpoint) SendAMMem(id AMID, header []byte, m *Mem, off, n int, flags AMSendFlags) (Request, error) {
 	const op = "ucp: send active message"
-	if !m.res.Enter() {
-		return Request{}, closedError(op)
+	if err := m.enter(op); err != nil {
+		return Request{}, err
 	}
 	defer m.res.Exit()
 	p, err := m.span(op, off, n)

@@ -147,6 +147,9 @@ type Stats struct {
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
+	if w.engine == nil {
+		return Stats{} // a zero Worker
+	}
 	st := Stats{TickWakeups: w.tickWakeups.Load()}
 	if w.res.Enter() { // the shim's counter lives with the UCX worker
 		w.mu.Lock()

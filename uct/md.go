@@ -79,6 +79,9 @@ func (c Component) OpenMD(mdName string, opts ...MDOption) (*MD, error) {
 	if err := ucs.CheckVersion(); err != nil {
 		return nil, err
 	}
+	if c.c == (cgo.Component{}) {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "component %q is not one Components returned", c.Name)
+	}
 	var o mdOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -109,16 +112,16 @@ type MD struct {
 	component Component
 	md        cgo.MD
 	attr      Attr
-	op        opNames
+	op        *opNames
 }
 
 // opNames are the operation names errors carry, made once per MD so that
 // the success path formats nothing.
 type opNames struct{ register, alloc, attach, packRkey, export, unpack string }
 
-func newOpNames(md string) opNames {
+func newOpNames(md string) *opNames {
 	q := fmt.Sprintf("%q", md)
-	return opNames{
+	return &opNames{
 		register: "uct: register memory on md " + q,
 		alloc:    "uct: allocate memory on md " + q,
 		attach:   "uct: attach exported mkey on md " + q,
@@ -126,6 +129,17 @@ func newOpNames(md string) opNames {
 		export:   "uct: export mkey on md " + q,
 		unpack:   "uct: unpack rkey on md " + q,
 	}
+}
+
+// zeroMDOps name the operations of a zero MD, which are all refused.
+var zeroMDOps = newOpNames("")
+
+// ops are the MD's operation names.
+func (m *MD) ops() *opNames {
+	if m == nil || m.op == nil {
+		return zeroMDOps
+	}
+	return m.op
 }
 
 // Name is the MD's resource name ("posix", "mlx5_0", ...).
@@ -151,6 +165,9 @@ func (m *MD) Close() error {
 // HaveExportedMkey returns nil if the MD can export memory keys, else an
 // error wrapping ucs.ErrUnsupported that says why.
 func (m *MD) HaveExportedMkey() error {
+	if m.res == nil {
+		return &ucs.Error{Op: m.ops().export, Err: ucs.ErrClosed, Reason: "a zero MD: open one with OpenMD"}
+	}
 	return m.exportCapable(m.op.export)
 }
 

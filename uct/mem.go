@@ -53,7 +53,7 @@ func (m *MD) newMem(mem *Mem) *Mem {
 // b must not be empty.
 func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 	if len(b) == 0 {
-		return nil, errs.New(m.op.register, ucs.ErrInvalidParam, "empty buffer")
+		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "empty buffer")
 	}
 	mem := new(Mem) // the pin lives in the handle
 	mem.res.State.pin.Pin(unsafe.SliceData(b))
@@ -68,7 +68,7 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 // Go runtime (C or mmap'ed memory). The caller keeps it valid until Close.
 func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
 	if p == nil || n == 0 {
-		return nil, errs.New(m.op.register, ucs.ErrInvalidParam, "nil pointer or zero length")
+		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "nil pointer or zero length")
 	}
 	mem := new(Mem)
 	if err := m.register(mem, p, n, flags); err != nil {
@@ -78,7 +78,7 @@ func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem,
 }
 
 func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) error {
-	op := m.op.register
+	op := m.ops().register
 	if err := m.enter(op); err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (m *MD) register(mem *Mem, p unsafe.Pointer, n uintptr, flags MemFlags) err
 // Alloc allocates at least n bytes of host memory with the MD (posix and
 // sysv allocate shared memory; they cannot register). Mem.Bytes exposes it.
 func (m *MD) Alloc(n int, flags MemFlags) (*Mem, error) {
-	op := m.op.alloc
+	op := m.ops().alloc
 	if n <= 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "length %d must be positive", n)
 	}
@@ -144,7 +144,7 @@ func (m *MD) Attach(desc []byte, opts ...AttachOption) (*Mem, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	op := m.op.attach
+	op := m.ops().attach
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}
@@ -199,8 +199,7 @@ func (mem *Mem) closedErr(op string) error {
 // flags) into a new slice of the MD's rkey packed size, which is 0 for MDs
 // that need no key (self, tcp, cma).
 func (mem *Mem) PackRemoteKey() ([]byte, error) {
-	op := mem.md.op.packRkey
-	return mem.pack(op, false, mem.md.attr.RkeyPackedSize, nil)
+	return mem.pack(mem.md.ops().packRkey, false, nil)
 }
 
 // Export packs the memory's exported key (uct_md_mkey_pack_v2 with
@@ -209,27 +208,30 @@ func (mem *Mem) PackRemoteKey() ([]byte, error) {
 // UCT_MD_FLAG_EXPORTED_MKEY it returns ucs.ErrUnsupported and UCX is not
 // called (UCX would "succeed" with meaningless bytes).
 func (mem *Mem) Export() ([]byte, error) {
-	op := mem.md.op.export
-	return mem.pack(op, true, mem.md.attr.ExportedMkeyPackedSize, mem.exportCheck)
+	return mem.pack(mem.md.ops().export, true, mem.exportCheck)
 }
 
 func (mem *Mem) exportCheck() error {
-	if err := mem.md.exportCapable(mem.md.op.export); err != nil {
+	if err := mem.md.exportCapable(mem.md.ops().export); err != nil {
 		return err
 	}
 	if mem.kind == ucs.MemImported {
-		return errs.New(mem.md.op.export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
+		return errs.New(mem.md.ops().export, ucs.ErrInvalidParam, "attached memory cannot be exported again")
 	}
 	return nil
 }
 
 // pack runs one mkey pack; check, when set, vets the call once the handle
 // is known to be open.
-func (mem *Mem) pack(op string, export bool, size int, check func() error) ([]byte, error) {
+func (mem *Mem) pack(op string, export bool, check func() error) ([]byte, error) {
 	if !mem.res.Enter() {
 		return nil, mem.closedErr(op)
 	}
 	defer mem.res.Exit()
+	size := mem.md.attr.RkeyPackedSize
+	if export {
+		size = mem.md.attr.ExportedMkeyPackedSize
+	}
 	if check != nil {
 		if err := check(); err != nil {
 			return nil, err
@@ -274,7 +276,7 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 // component. Its length must be the MD's rkey packed size; it is checked
 // before UCX sees the bytes.
 func (m *MD) UnpackRemoteKey(packed []byte) (*RemoteKey, error) {
-	op := m.op.unpack
+	op := m.ops().unpack
 	if err := m.enter(op); err != nil {
 		return nil, err
 	}

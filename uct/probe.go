@@ -21,7 +21,14 @@ type MDReport struct {
 // HaveExportedMkey returns nil if the memory domain can export memory
 // keys, else an error wrapping ucs.ErrUnsupported that says why (the same
 // check as MD.HaveExportedMkey, or why the MD could not be opened).
-func (r MDReport) HaveExportedMkey() error { return r.exportErr }
+func (r MDReport) HaveExportedMkey() error {
+	if r.exportErr == nil && r.Attr == nil {
+		return errNoReport // a zero report, not one of Probe's
+	}
+	return r.exportErr
+}
+
+var errNoReport = errs.New("uct: export check", ucs.ErrUnsupported, "a zero MDReport: Probe makes them")
 
 // ExportReason is why err says a memory domain cannot export: its reason
 // alone, for a report line.

@@ -115,9 +115,10 @@ func (r *Resource[S]) Collect() {
 // true the caller must call Exit when its C call returns. It never waits:
 // only a Close locks mu, and a reader queued behind it would deadlock a
 // Close waiting for an operation that enters again (an active-message
-// handler that Run, in flight on the worker, calls).
+// handler that Run, in flight on the worker, calls). A nil or never
+// initialised Resource (a zero handle's) is closed.
 func (r *Resource[S]) Enter() bool {
-	if r.closing.Load() || !r.mu.TryRLock() {
+	if r == nil || r.refs.Load() == 0 || r.closing.Load() || !r.mu.TryRLock() {
 		return false
 	}
 	if r.closed {
@@ -130,16 +131,19 @@ func (r *Resource[S]) Enter() bool {
 // Closed reports whether r was closed (its C object may still live on
 // through references). It takes no lock, so callers holding their own
 // locks cannot deadlock against a Close waiting for operations.
-func (r *Resource[S]) Closed() bool { return r.closedFlag.Load() }
+func (r *Resource[S]) Closed() bool { return r == nil || r.closedFlag.Load() }
 
 // Exit ends an operation started by Enter.
 func (r *Resource[S]) Exit() { r.mu.RUnlock() }
 
 // Closing reports whether a Close has started (it may be waiting for
 // operations in flight, which should then end soon).
-func (r *Resource[S]) Closing() bool { return r.closing.Load() }
+func (r *Resource[S]) Closing() bool { return r == nil || r.closing.Load() }
 
 func (r *Resource[S]) markClosed(set func(*S)) bool {
+	if r == nil || r.refs.Load() == 0 {
+		return false // a zero handle's, or released: nothing to close
+	}
 	r.closing.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
