@@ -53,8 +53,8 @@ func WithConfig(name, value string) ContextOption {
 
 // WithUnmapQuarantine sets how many bytes of closed mappings whose keys
 // were handed out the context keeps mapped (see Mem.Close), oldest
-// unmapped first; 0 unmaps at once, which a peer's late operation can
-// make crash. Default DefaultUnmapQuarantine.
+// unmapped first; 0 or a negative count unmaps at once, which a peer's
+// late operation can make crash. Default DefaultUnmapQuarantine.
 func WithUnmapQuarantine(bytes int) ContextOption {
 	return func(o *contextOptions) { o.quarantine = max(bytes, 0) }
 }

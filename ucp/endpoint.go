@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,9 +167,9 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 // as Flush or UnpackRegion).
 func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error) {
 	op := fmt.Sprintf("ucp: connect to %s", addr)
-	ap, err := netip.ParseAddrPort(addr)
+	ap, err := parseAddrPort(op, addr, false)
 	if err != nil {
-		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
+		return nil, err
 	}
 	o := endpointOpts(opts)
 	hint := fmt.Sprintf("the handshake with %s has not finished: the listener there has not accepted the connection yet, or what answers there is not a UCX listener", ap)
@@ -346,15 +348,45 @@ type Listener struct {
 	addr netip.AddrPort
 }
 
-// Listen listens on addr ("host:port"; port 0 picks a free one). UCX reads
+// parseAddrPort reads "host:port" with an IP address for host. To listen,
+// an empty host means every IPv4 address (as net.Listen's ":port") and port
+// 0 a free port; to connect, port 0 is refused, as the kernel would.
+// Names are not resolved: Connect and Listen take no context for a lookup.
+func parseAddrPort(op, addr string, listen bool) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return netip.AddrPort{}, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
+	}
+	if host == "" && listen {
+		host = "0.0.0.0"
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.AddrPort{}, errs.New(op, ucs.ErrInvalidAddr, "host %q is not an IP address (resolve names with net.DefaultResolver.LookupNetIP)", host)
+	}
+	if ip.Zone() != "" {
+		return netip.AddrPort{}, errs.New(op, ucs.ErrInvalidAddr, "IPv6 zone %q: UCX's socket addresses carry no zone", ip.Zone())
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, errs.New(op, ucs.ErrInvalidAddr, "port %q is not a number from 0 to 65535", port)
+	}
+	if n == 0 && !listen {
+		return netip.AddrPort{}, errs.New(op, ucs.ErrInvalidAddr, "port 0: a listener's port is never 0")
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(n)), nil
+}
+
+// Listen listens on addr ("host:port", host an IP address; an empty host
+// listens on every IPv4 address, port 0 picks a free one). UCX reads
 // what a client sends in its own thread, unchecked, and 17 bytes from any
 // TCP client can abort the process (README, "Known UCX issues met"): listen
 // only where the hosts that reach the port are trusted.
 func (w *Worker) Listen(addr string) (*Listener, error) {
 	op := fmt.Sprintf("ucp: listen on %s", addr)
-	ap, err := netip.ParseAddrPort(addr)
+	ap, err := parseAddrPort(op, addr, true)
 	if err != nil {
-		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidAddr, Wrapped: err}
+		return nil, err
 	}
 	if !w.res.Enter() {
 		return nil, closedError(op)

@@ -40,7 +40,8 @@ func WithProt(p Prot) MapOption {
 	return func(o *mapOptions) { o.prot = p }
 }
 
-// WithMemoryType sets the memory type (default host).
+// WithMemoryType sets the memory type (default host); one the loaded UCX
+// release does not have is refused with ucs.ErrInvalidParam.
 func WithMemoryType(t ucs.MemoryType) MapOption {
 	return func(o *mapOptions) { o.memType = t }
 }
@@ -200,6 +201,12 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	}
 	if n < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "negative length")
+	}
+	if !o.memType.KnownByLoaded() {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "memory type %s is not one of UCX %s's", o.memType, ucs.LoadedVersion())
+	}
+	if o.prot&^ProtAll != 0 {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "protection %#x has bits no Prot constant has", uint(o.prot))
 	}
 	if kind == ucs.MemAllocated && physicalMemory() > 0 && uint64(n) > physicalMemory() {
 		// UCX's posix allocator filled /dev/shm with a length of 1<<62

@@ -57,7 +57,7 @@ func WithThreadMode(m ThreadMode) WorkerOption {
 // DefaultSpin. The sleep costs a wake-up of tens of microseconds through
 // Go's netpoller; a worker that waits for a fast peer (an 8-byte get, a
 // ping-pong) and can spare a core spins longer, as C programs' busy loops
-// do. A done ctx still ends the spin.
+// do. Zero or a negative d sleeps at once. A done ctx still ends the spin.
 func WithSpin(d time.Duration) WorkerOption {
 	return func(o *workerOptions) { o.spin = max(d, 0) }
 }

@@ -1,0 +1,82 @@
+package ucp_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// TestListenOnEveryAddress: ":0", as with net.Listen, listens on every
+// IPv4 address at a free port, which a client reaches through loopback.
+func TestListenOnEveryAddress(t *testing.T) {
+	ctx := newContext(t)
+	server, client := twoWorkers(t, ctx)
+	l, err := server.Listen(":0")
+	require.NoError(t, err)
+	defer l.Close()
+	assert.Equal(t, netip.IPv4Unspecified(), l.Addr().Addr())
+	require.NotZero(t, l.Addr().Port())
+
+	runWorker(t, client) // the handshake needs both workers progressed to its end
+	ep, err := client.Connect(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), l.Addr().Port()).String())
+	require.NoError(t, err)
+	defer closeEP(t, ep)
+	sep, err := l.Accept(waitCtx(t))
+	require.NoError(t, err)
+	defer closeEP(t, sep)
+	require.NoError(t, sep.Flush(waitCtx(t)))
+}
+
+// TestAddressesChecked: what Listen and Connect cannot use is refused with
+// ucs.ErrInvalidAddr and a reason, before UCX sees it.
+func TestAddressesChecked(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	for _, tc := range []struct {
+		listen bool
+		addr   string
+		reason string
+	}{
+		{true, "localhost:0", "not an IP address"},
+		{false, "localhost:80", "not an IP address"},
+		{false, "127.0.0.1:0", "port 0"},
+		{true, "127.0.0.1:65536", "not a number from 0 to 65535"},
+		{false, "[fe80::1%lo]:1", "zone"},
+		{true, "127.0.0.1", "missing port"},
+	} {
+		var err error
+		if tc.listen {
+			var l *ucp.Listener
+			l, err = w.Listen(tc.addr)
+			assert.Nil(t, l, tc.addr)
+		} else {
+			var ep *ucp.Endpoint
+			ep, err = w.Connect(tc.addr)
+			assert.Nil(t, ep, tc.addr)
+		}
+		assert.ErrorIs(t, err, ucs.ErrInvalidAddr, tc.addr)
+		assert.ErrorContains(t, err, tc.reason, tc.addr)
+	}
+}
+
+// TestMapOptionsChecked: a memory type the loaded UCX lacks, or protection
+// bits no Prot has, are refused before UCX maps anything.
+func TestMapOptionsChecked(t *testing.T) {
+	ctx := newContext(t)
+	_, err := ctx.Allocate(4096, ucp.WithMemoryType(200))
+	assert.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.ErrorContains(t, err, "memory type type200")
+	_, err = ctx.Register(make([]byte, 4096), ucp.WithProt(0x4))
+	assert.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.ErrorContains(t, err, "protection 0x4")
+	m, err := ctx.Allocate(4096, ucp.WithMemoryType(ucs.MemoryHost), ucp.WithProt(ucp.ProtLocalRead|ucp.ProtRemoteRead))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+}
