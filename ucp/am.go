@@ -102,7 +102,8 @@ func (w *Worker) clearHandler(op string, id AMID, q *AMQueue) error {
 	return nil
 }
 
-// AMMessage is a received active message.
+// AMMessage is a received active message. One made by hand, to test a
+// handler without a peer, is an eager message: ReceiveInto copies its Data.
 type AMMessage struct {
 	ID     AMID
 	Header []byte // copied out of UCX; the handler may keep it
@@ -120,7 +121,12 @@ type AMMessage struct {
 }
 
 // Len is the payload length (also of a rendezvous message).
-func (m *AMMessage) Len() int { return m.length }
+func (m *AMMessage) Len() int {
+	if m.rndv {
+		return m.length
+	}
+	return len(m.Data) // also of a message made by hand
+}
 
 // IsRendezvous reports whether the payload still waits in the sender.
 func (m *AMMessage) IsRendezvous() bool { return m.rndv }
@@ -136,8 +142,8 @@ func (m *AMMessage) Reply() *Endpoint { return m.reply }
 // Close it returns an error wrapping ucs.ErrClosed.
 func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	const op = "ucp: receive active-message data"
-	if len(buf) < m.length {
-		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "buffer is %d bytes, message %d", len(buf), m.length)
+	if len(buf) < m.Len() {
+		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "buffer is %d bytes, message %d", len(buf), m.Len())
 	}
 	if !m.rndv {
 		copy(buf, m.Data)
@@ -163,8 +169,8 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	if off < 0 || off+m.length > len(b) {
-		return Request{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", m.length, off, len(b))
+	if off < 0 || off+m.Len() > len(b) {
+		return Request{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", m.Len(), off, len(b))
 	}
 	if !m.rndv {
 		copy(b[off:], m.Data)

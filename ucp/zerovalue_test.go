@@ -1,7 +1,11 @@
 package ucp_test
 
 import (
+	"context"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/internal/zerohandle"
 	"github.com/ucxgo/ucx/ucp"
@@ -19,4 +23,20 @@ func TestZeroValueHandles(t *testing.T) {
 	} {
 		zerohandle.CallEveryMethod(t, v, "ucp: ")
 	}
+}
+
+// TestHandMadeAMMessage: a handler can be tested without a peer, with a
+// message made by hand, as AMMessage's doc says.
+func TestHandMadeAMMessage(t *testing.T) {
+	handler := func(m *ucp.AMMessage) ([]byte, error) {
+		buf := make([]byte, m.Len())
+		req, err := m.ReceiveInto(buf)
+		if err != nil {
+			return nil, err
+		}
+		return buf, req.Wait(context.Background())
+	}
+	got, err := handler(&ucp.AMMessage{ID: 7, Data: []byte("hello")})
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(got))
 }
