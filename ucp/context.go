@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"strings"
 	"github.com/ucxgo/ucx/internal/errs"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -46,7 +47,11 @@ func WithFeatures(f Feature) ContextOption {
 }
 
 // WithConfig sets a UCP configuration value (ucp_config_modify); name is
-// the environment variable without "UCX_", e.g. WithConfig("TLS", "tcp").
+// the environment variable without "UCX_", e.g. WithConfig("TLS", "tcp"),
+// and NewContext refuses a name with the prefix. UCX keeps a name no UCP
+// option has for the transports and, if none of a new worker's transports
+// has it either, only logs "invalid configuration" at NewWorker (at the
+// default log level): the binding does not check those names.
 func WithConfig(name, value string) ContextOption {
 	return func(o *contextOptions) { o.config = append(o.config, name, value) }
 }
@@ -88,6 +93,11 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 		opt(&o)
 	}
 	o.features |= FeatureWakeup
+	for i := 0; i < len(o.config); i += 2 {
+		if name := o.config[i]; name == "" || strings.HasPrefix(strings.ToUpper(name), "UCX_") {
+			return nil, errs.New("ucp: create context", ucs.ErrInvalidParam, "config name %q: give it without the UCX_ prefix (UCX would keep it as a transport option no transport has, and ignore it)", name)
+		}
+	}
 	c, failed, st := cgo.Init(uint64(o.features), true, o.config, o.name)
 	if st != 0 {
 		e := &ucs.Error{Op: "ucp: create context", Err: ucs.Status(st)}

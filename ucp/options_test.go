@@ -80,3 +80,18 @@ func TestMapOptionsChecked(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 }
+
+// TestConfigNameChecked: the environment variable's name given whole is
+// refused (UCX would ignore it, logging only a warning), and a wrong value
+// for a UCP option names the option.
+func TestConfigNameChecked(t *testing.T) {
+	for _, name := range []string{"UCX_TLS", "ucx_tls", ""} {
+		ctx, err := ucp.NewContext(ucp.WithConfig(name, "tcp"))
+		assert.Nil(t, ctx)
+		assert.ErrorIs(t, err, ucs.ErrInvalidParam, name)
+		assert.ErrorContains(t, err, "without the UCX_ prefix", name)
+	}
+	ctx, err := ucp.NewContext(ucp.WithConfig("RNDV_THRESH", "lots"))
+	assert.Nil(t, ctx)
+	assert.ErrorContains(t, err, `config RNDV_THRESH="lots"`)
+}
