@@ -2,8 +2,8 @@ package ucp
 
 import (
 	"fmt"
-	"strings"
 	"github.com/ucxgo/ucx/internal/errs"
+	"strings"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"

@@ -430,6 +430,9 @@ type ConnRequest struct {
 	l    *Listener
 	c    cgo.Conn
 	from netip.AddrPort
+	// answered is set by the one Accept or Reject that answers the request:
+	// UCX crashed on a second answer (SIGSEGV in ucp_ep_create).
+	answered atomic.Bool
 }
 
 // Accept waits for the next connection (bounded by ctx) and accepts it:
@@ -532,11 +535,21 @@ func (l *Listener) Close() error {
 // ClientAddr is where the connection request came from.
 func (cr *ConnRequest) ClientAddr() netip.AddrPort { return cr.from }
 
-// Accept creates the server side endpoint of the connection.
+// errAnswered is what a second Accept or Reject of a request returns.
+func errAnswered(op string) error {
+	return errs.New(op, ucs.ErrClosed, "the connection request was already accepted or rejected")
+}
+
+// Accept creates the server side endpoint of the connection. A request is
+// answered once: a later Accept or Reject returns an error wrapping
+// ucs.ErrClosed.
 func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: accept connection"
 	if cr.l == nil {
 		return nil, closedError(op) // a zero ConnRequest
+	}
+	if !cr.answered.CompareAndSwap(false, true) {
+		return nil, errAnswered(op)
 	}
 	o := endpointOpts(opts)
 	consumed := false
@@ -547,12 +560,21 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	})
 	if consumed {
 		cr.disarm()
+	} else {
+		cr.answered.Store(false) // refused before UCX saw it: still pending
 	}
 	return ep, err
 }
 
-// Reject refuses the connection.
+// Reject refuses the connection; see Accept for a request already answered.
 func (cr *ConnRequest) Reject() error {
+	const op = "ucp: reject connection"
+	if cr.l == nil {
+		return closedError(op) // a zero ConnRequest
+	}
+	if !cr.answered.CompareAndSwap(false, true) {
+		return errAnswered(op)
+	}
 	cr.res.Close() // the release rejects
 	return nil
 }

@@ -443,6 +443,9 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	if len(packed) == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty rkey")
 	}
+	if ep.res == nil {
+		return nil, closedError(op) // a zero Endpoint
+	}
 	if ep.wiring.Load() {
 		if err := ep.Flush(ctx); err != nil {
 			return nil, wireupError(op, err)

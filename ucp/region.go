@@ -45,13 +45,25 @@ func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 		return RemoteRegion{}, closedError(op)
 	}
 	if rk.bounded {
-		if length < 0 || base < rk.base || base-rk.base > uint64(rk.n) || uint64(length) > uint64(rk.n)-(base-rk.base) {
-			return RemoteRegion{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
+		if err := rk.checkBounds(op, base, length); err != nil {
+			return RemoteRegion{}, err
 		}
 	} else if length < 0 || base+uint64(length) < base {
 		return RemoteRegion{}, errs.New(op, ucs.ErrInvalidParam, "%d bytes at %#x do not form a region", length, base)
 	}
 	return RemoteRegion{key: rk, base: base, n: length}, nil
+}
+
+// checkBounds refuses, for a key from UnpackRegion, length bytes at base
+// outside the peer's mapping.
+func (rk *RemoteKey) checkBounds(op string, base uint64, length int) error {
+	if !rk.bounded {
+		return nil
+	}
+	if length < 0 || base < rk.base || base-rk.base > uint64(rk.n) || uint64(length) > uint64(rk.n)-(base-rk.base) {
+		return errs.New(op, ucs.ErrOutOfRange, "%d bytes at %#x are outside the peer's %d-byte mapping at %#x", length, base, rk.n, rk.base)
+	}
+	return nil
 }
 
 // Key is the remote key the region is reached through: close it when done
@@ -297,6 +309,9 @@ type LocalRegion struct {
 // LocalRegion makes m (allocated, registered or imported) reachable for
 // RMA from this worker; ctx bounds the loopback's wire-up.
 func (w *Worker) LocalRegion(ctx context.Context, m *Mem) (*LocalRegion, error) {
+	if m == nil {
+		return nil, errs.New("ucp: local region", ucs.ErrInvalidParam, "nil memory mapping")
+	}
 	addr, err := w.PackAddress()
 	if err != nil {
 		return nil, err

@@ -107,6 +107,9 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	if rkey == nil {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "nil remote key")
 	}
+	if err := rkey.checkBounds(op, raddr, n); err != nil {
+		return Request{}, err // a key from UnpackRegion, whichever call uses it
+	}
 	if !rkey.res.Enter() {
 		return Request{}, closedError(op)
 	}

@@ -2,6 +2,7 @@ package uct
 
 import (
 	"github.com/ucxgo/ucx/internal/errs"
+	"math"
 	"runtime"
 	"unsafe"
 
@@ -69,6 +70,9 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
 	if p == nil || n == 0 {
 		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "nil pointer or zero length")
+	}
+	if n > math.MaxInt {
+		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "length %d is more than a Go slice can hold", n)
 	}
 	mem := new(Mem)
 	if err := m.register(mem, p, n, flags); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"runtime"
 	"syscall"
 	"testing"
@@ -131,6 +132,11 @@ func TestRegisterEmptyRefused(t *testing.T) {
 	_, err := md.Register(nil, 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	_, err = md.RegisterPointer(nil, 10, 0)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	// A length no slice can hold: self, tcp and cma took it, and Bytes
+	// then panicked in unsafe.Slice.
+	var b [8]byte
+	_, err = md.RegisterPointer(unsafe.Pointer(&b[0]), math.MaxUint64, 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 
