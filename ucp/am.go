@@ -262,11 +262,15 @@ func (w *Worker) dispatch(msgs []amMessage) {
 		// not see the next message's fields written under it.
 		msg := &AMMessage{ID: AMID(cm.ID), Header: cm.Header, Data: cm.Data, w: w,
 			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
+		// fn is read under mu: SetAMHandler replaces it in place.
+		var fn AMHandler
 		w.mu.Lock()
-		h := w.handlers[AMID(cm.ID)]
+		if h := w.handlers[AMID(cm.ID)]; h != nil {
+			fn = h.fn
+		}
 		w.mu.Unlock()
-		if h != nil {
-			h.fn(msg)
+		if fn != nil {
+			fn(msg)
 		}
 		if !msg.queued {
 			msg.Drop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,37 @@ func TestLocalRegionOfNilMapping(t *testing.T) {
 	defer w.Close()
 	_, err = w.LocalRegion(context.Background(), nil)
 	assert.ErrorIs(t, err, ucs.ErrInvalidParam)
+}
+
+// TestSetAMHandlerWhileDispatching: replacing an id's handler while the
+// worker runs the old one for arriving messages is safe (the race detector
+// caught dispatch reading the handler unlocked).
+func TestSetAMHandlerWhileDispatching(t *testing.T) {
+	p := newListenerPair(t)
+	var mu sync.Mutex
+	got := 0
+	h := func(*ucp.AMMessage) { mu.Lock(); got++; mu.Unlock() }
+	require.NoError(t, p.server.SetAMHandler(21, h))
+	runWorker(t, p.server)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				assert.NoError(t, p.server.SetAMHandler(21, h))
+			}
+		}
+	}()
+	for range 500 {
+		req, err := p.cep.SendAM(21, nil, []byte("x"), 0)
+		require.NoError(t, err)
+		req.Detach()
+	}
+	require.NoError(t, p.cep.Flush(waitCtx(t)))
+	close(stop)
+	<-done
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got == 500 }, 10*time.Second, time.Millisecond)
 }
