@@ -157,3 +157,35 @@ func TestSetAMHandlerWhileDispatching(t *testing.T) {
 	<-done
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got == 500 }, 10*time.Second, time.Millisecond)
 }
+
+// TestDoneOnceAnyWaitReturned: once one copy's Wait returned the outcome,
+// every copy's Done is true, even while other Waits on copies are still
+// returning (Done was false in about half of such Waits).
+func TestDoneOnceAnyWaitReturned(t *testing.T) {
+	p := newListenerPair(t)
+	runWorker(t, p.server)
+	m, err := p.ctx.Allocate(1 << 20)
+	require.NoError(t, err)
+	defer m.Close()
+	packed, err := m.PackRegion()
+	require.NoError(t, err)
+	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer region.Key().Close()
+	buf := make([]byte, 1<<20)
+	for range 50 {
+		req, err := region.Get(buf, 0)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func(copied ucp.Request) {
+				defer wg.Done()
+				if assert.NoError(t, copied.Wait(waitCtx(t))) {
+					assert.True(t, copied.Done(), "Wait returned nil, Done is false")
+				}
+			}(req)
+		}
+		wg.Wait()
+	}
+}

@@ -175,18 +175,21 @@ func (r Request) Test() (done bool, err error) {
 		}
 	}
 	if p.waiting > 0 { // a Wait reads the request and will release it
-		return true, p.result()
+		p.settleLocked()
+		return true, p.err
 	}
 	p.finishLocked()
 	return true, p.err
 }
 
-// result is the outcome of an operation UCX completed, not yet released.
-func (p *request) result() error {
-	if st, _ := p.fl.c.Result(); st != 0 {
-		return &ucs.Error{Op: p.op, Err: ucs.Status(st)}
+// settleLocked records the outcome of an operation UCX completed, which a
+// Wait still reads: the last Wait releases it (finishLocked).
+func (p *request) settleLocked() {
+	st, n := p.fl.c.Result()
+	p.done, p.n = true, n
+	if st != 0 {
+		p.err = &ucs.Error{Op: p.op, Err: ucs.Status(st)}
 	}
-	return nil
 }
 
 func detachedError(op string) error {
@@ -227,6 +230,9 @@ func (r Request) Wait(ctx context.Context) error {
 	p.waiting--
 	switch {
 	case p.done:
+		if p.waiting == 0 && p.live {
+			p.finishLocked() // the outcome was set by a Wait that left first
+		}
 	case p.gone:
 		if p.waiting == 0 {
 			p.handOverLocked()
@@ -236,8 +242,9 @@ func (r Request) Wait(ctx context.Context) error {
 		if p.waiting == 0 {
 			p.finishLocked()
 		} else {
-			// Another Wait still reads the request: it finishes it.
-			return p.result()
+			// Another Wait still reads the request: it releases it, but
+			// the outcome is every copy's from now on.
+			p.settleLocked()
 		}
 	default:
 		return &ucs.Error{Op: p.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting; the operation is still in flight", Wrapped: ctx.Err()}
