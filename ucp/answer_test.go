@@ -189,3 +189,28 @@ func TestDoneOnceAnyWaitReturned(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestWriteAtDoneContextWritesNothing: a ctx already done starts no put
+// (the put was sent, and landed, while WriteAtContext reported failure).
+func TestWriteAtDoneContextWritesNothing(t *testing.T) {
+	p := newListenerPair(t)
+	runWorker(t, p.server)
+	m, err := p.ctx.Allocate(4096)
+	require.NoError(t, err)
+	defer m.Close()
+	packed, err := m.PackRegion()
+	require.NoError(t, err)
+	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer region.Key().Close()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	n, err := region.WriteAtContext(done, []byte("must not land"), 0)
+	assert.Zero(t, n)
+	assert.ErrorIs(t, err, ucs.ErrCanceled)
+	assert.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, region.Flush(waitCtx(t)))
+	b, err := m.Bytes()
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "must not land")
+}

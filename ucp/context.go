@@ -94,7 +94,10 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 	}
 	o.features |= FeatureWakeup
 	for i := 0; i < len(o.config); i += 2 {
-		if name := o.config[i]; name == "" || strings.HasPrefix(strings.ToUpper(name), "UCX_") {
+		if o.config[i] == "" {
+			return nil, errs.New("ucp: create context", ucs.ErrInvalidParam, "empty config name")
+		}
+		if name := o.config[i]; strings.HasPrefix(strings.ToUpper(name), "UCX_") {
 			return nil, errs.New("ucp: create context", ucs.ErrInvalidParam, "config name %q: give it without the UCX_ prefix (UCX would keep it as a transport option no transport has, and ignore it)", name)
 		}
 	}

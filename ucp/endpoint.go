@@ -172,7 +172,7 @@ func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error)
 		return nil, err
 	}
 	o := endpointOpts(opts)
-	hint := fmt.Sprintf("the handshake with %s has not finished: the listener there has not accepted the connection yet, or what answers there is not a UCX listener", ap)
+	hint := fmt.Sprintf("the handshake with %s has not finished: the server there has not accepted the connection, or is not progressing its worker, or is not a UCX listener", ap)
 	return w.newEndpoint(op, hint, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
 }
 
@@ -395,6 +395,9 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 	w.mu.Lock()
 	c, bound, st := w.c.Listen(ap)
 	w.mu.Unlock()
+	if ucs.Status(st) == ucs.ErrBusy {
+		return nil, errs.New(op, ucs.ErrBusy, "the address is in use")
+	}
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
@@ -512,7 +515,8 @@ func releaseConn(s *connState) {
 }
 
 // Close stops accepting: the requests pending and any that come later are
-// rejected. The port stays bound until the worker is released, since UCX
+// rejected, but not one AcceptRequest already returned, which its caller
+// answers (dropped unanswered, it is rejected once garbage collected). The port stays bound until the worker is released, since UCX
 // can still deliver a connection it took before the close to the listener
 // (and crashed when that was destroyed).
 func (l *Listener) Close() error {

@@ -85,7 +85,9 @@ func TestMapOptionsChecked(t *testing.T) {
 // refused (UCX would ignore it, logging only a warning), and a wrong value
 // for a UCP option names the option.
 func TestConfigNameChecked(t *testing.T) {
-	for _, name := range []string{"UCX_TLS", "ucx_tls", ""} {
+	_, err := ucp.NewContext(ucp.WithConfig("", "tcp"))
+	assert.ErrorContains(t, err, "empty config name")
+	for _, name := range []string{"UCX_TLS", "ucx_tls"} {
 		ctx, err := ucp.NewContext(ucp.WithConfig(name, "tcp"))
 		assert.Nil(t, ctx)
 		assert.ErrorIs(t, err, ucs.ErrInvalidParam, name)
@@ -94,4 +96,12 @@ func TestConfigNameChecked(t *testing.T) {
 	ctx, err := ucp.NewContext(ucp.WithConfig("RNDV_THRESH", "lots"))
 	assert.Nil(t, ctx)
 	assert.ErrorContains(t, err, `config RNDV_THRESH="lots"`)
+}
+
+// TestListenOnAddressInUse says why.
+func TestListenOnAddressInUse(t *testing.T) {
+	_, w, l := listeningServer(t)
+	_, err := w.Listen(l.Addr().String())
+	assert.ErrorIs(t, err, ucs.ErrBusy)
+	assert.ErrorContains(t, err, "the address is in use")
 }

@@ -264,6 +264,10 @@ func (r RemoteRegion) WriteAtContext(ctx context.Context, p []byte, off int64) (
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if err := ctx.Err(); err != nil {
+		// A done ctx starts nothing: a put started now would still land.
+		return 0, ctxError("ucp: put", err)
+	}
 	// From a copy: a put given up when ctx ends may still read its buffer,
 	// and io.WriterAt callers reuse p once WriteAt returns.
 	req, err := r.Put(bytes.Clone(p), int(off))
