@@ -116,8 +116,8 @@ type AMMessage struct {
 	rndv     bool
 	desc     unsafe.Pointer
 	reply    *Endpoint
-	consumed bool
-	queued   bool // a queue took it, with its rendezvous data: dispatch leaves it
+	consumed atomic.Bool // set by the one ReceiveInto, ReceiveIntoMem or Drop that takes the data
+	queued   bool        // a queue took it, with its rendezvous data: dispatch leaves it
 }
 
 // Len is the payload length (also of a rendezvous message).
@@ -149,10 +149,9 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 		copy(buf, m.Data)
 		return completedRequest(op, ucs.OK, uint64(len(m.Data))), nil
 	}
-	if m.consumed {
+	if !m.consumed.CompareAndSwap(false, true) {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
-	m.consumed = true
 	p, pin := pinBytes(buf[:m.length])
 	return m.receive(op, p, cgo.MemHandle{}, pin, nil)
 }
@@ -176,10 +175,9 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 		copy(b[off:], m.Data)
 		return completedRequest(op, ucs.OK, uint64(len(m.Data))), nil
 	}
-	if m.consumed {
+	if !m.consumed.CompareAndSwap(false, true) {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
-	m.consumed = true
 	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res)
 }
 
@@ -204,10 +202,9 @@ func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin
 // handler when it returns without receiving, and for every message not
 // yet received when the worker is closed).
 func (m *AMMessage) Drop() {
-	if !m.rndv || m.consumed {
+	if !m.rndv || !m.consumed.CompareAndSwap(false, true) {
 		return
 	}
-	m.consumed = true
 	m.w.mu.Lock()
 	claimed := m.w.res.State.claimRendezvous(m.desc)
 	if claimed {

@@ -214,3 +214,44 @@ func TestWriteAtDoneContextWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(b), "must not land")
 }
+
+// TestRendezvousTakenOnce: goroutines racing to receive or drop one
+// rendezvous message: one takes its data, the others are refused (the race
+// detector caught the unsynchronised flag).
+func TestRendezvousTakenOnce(t *testing.T) {
+	p := newListenerPair(t)
+	q, err := p.server.OpenAMQueue(7)
+	require.NoError(t, err)
+	defer q.Close()
+	for i := range 20 {
+		req, err := p.cep.SendAM(7, nil, make([]byte, 256<<10), ucp.AMRndv)
+		require.NoError(t, err)
+		m, err := q.Receive(waitCtx(t))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		taken := 0
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g == 2 && i%2 == 0 {
+					m.Drop()
+					return
+				}
+				r, err := m.ReceiveInto(make([]byte, m.Len()))
+				if err != nil {
+					assert.ErrorContains(t, err, "already received or dropped")
+					return
+				}
+				assert.NoError(t, r.Wait(waitCtx(t)))
+				mu.Lock()
+				taken++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		assert.LessOrEqual(t, taken, 1)
+		req.Wait(waitCtx(t)) // the sender's outcome: failed where the data was dropped
+	}
+}
