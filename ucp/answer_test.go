@@ -80,19 +80,11 @@ func TestConnRequestAnsweredOnce(t *testing.T) {
 // runs on 1.18.1) or read before it.
 func TestRegionBoundsHoldForEveryCall(t *testing.T) {
 	p := newListenerPair(t)
-	runWorker(t, p.server)
-	m, err := p.ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer m.Close()
-	packed, err := m.PackRegion()
-	require.NoError(t, err)
-	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
-	require.NoError(t, err)
+	m, region := servedRegion(t, p, 4096)
 	key := region.Key()
-	defer key.Close()
 	end := m.Address() + uint64(m.Len())
 
-	_, err = p.cep.Put(make([]byte, 8), end, key)
+	_, err := p.cep.Put(make([]byte, 8), end, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
 	_, err = p.cep.Get(make([]byte, 5), m.Address()-3, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
@@ -163,15 +155,7 @@ func TestSetAMHandlerWhileDispatching(t *testing.T) {
 // returning (Done was false in about half of such Waits).
 func TestDoneOnceAnyWaitReturned(t *testing.T) {
 	p := newListenerPair(t)
-	runWorker(t, p.server)
-	m, err := p.ctx.Allocate(1 << 20)
-	require.NoError(t, err)
-	defer m.Close()
-	packed, err := m.PackRegion()
-	require.NoError(t, err)
-	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer region.Key().Close()
+	_, region := servedRegion(t, p, 1<<20)
 	buf := make([]byte, 1<<20)
 	for range 50 {
 		req, err := region.Get(buf, 0)
@@ -194,15 +178,7 @@ func TestDoneOnceAnyWaitReturned(t *testing.T) {
 // (the put was sent, and landed, while WriteAtContext reported failure).
 func TestWriteAtDoneContextWritesNothing(t *testing.T) {
 	p := newListenerPair(t)
-	runWorker(t, p.server)
-	m, err := p.ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer m.Close()
-	packed, err := m.PackRegion()
-	require.NoError(t, err)
-	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer region.Key().Close()
+	m, region := servedRegion(t, p, 4096)
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	n, err := region.WriteAtContext(done, []byte("must not land"), 0)
@@ -254,4 +230,20 @@ func TestRendezvousTakenOnce(t *testing.T) {
 		assert.LessOrEqual(t, taken, 1)
 		req.Wait(waitCtx(t)) // the sender's outcome: failed where the data was dropped
 	}
+}
+
+// servedRegion is a mapping of n bytes of the pair's server, progressed
+// from now on, and the client's region of it (its key closed at cleanup).
+func servedRegion(t *testing.T, p *listenerPair, n int) (*ucp.Mem, ucp.RemoteRegion) {
+	t.Helper()
+	runWorker(t, p.server)
+	m, err := p.ctx.Allocate(n)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	packed, err := m.PackRegion()
+	require.NoError(t, err)
+	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
+	require.NoError(t, err)
+	t.Cleanup(func() { region.Key().Close() })
+	return m, region
 }
