@@ -247,3 +247,23 @@ func servedRegion(t *testing.T, p *listenerPair, n int) (*ucp.Mem, ucp.RemoteReg
 	t.Cleanup(func() { region.Key().Close() })
 	return m, region
 }
+
+// TestRegionErrorsNameTheCall: UnpackRegion and LocalRegion fail with
+// their own names, not those of the calls they make.
+func TestRegionErrorsNameTheCall(t *testing.T) {
+	ctx := newContext(t)
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	m, err := ctx.Allocate(4096)
+	require.NoError(t, err)
+	packed, err := m.PackRegion()
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	_, err = w.LocalRegion(context.Background(), m)
+	assert.ErrorIs(t, err, ucs.ErrClosed)
+	assert.ErrorContains(t, err, "ucp: local region")
+	_, err = new(ucp.Endpoint).UnpackRegion(context.Background(), packed)
+	assert.ErrorIs(t, err, ucs.ErrClosed)
+	assert.ErrorContains(t, err, "ucp: unpack region")
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"io"
 	"math"
@@ -142,7 +143,7 @@ func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegi
 	}
 	rk, err := ep.UnpackRemoteKey(ctx, body[regionBounds:])
 	if err != nil {
-		return RemoteRegion{}, err
+		return RemoteRegion{}, asOp(op, err)
 	}
 	rk.bounded, rk.base, rk.n = true, base, int(n)
 	return RemoteRegion{key: rk, base: base, n: int(n)}, nil
@@ -313,27 +314,28 @@ type LocalRegion struct {
 // LocalRegion makes m (allocated, registered or imported) reachable for
 // RMA from this worker; ctx bounds the loopback's wire-up.
 func (w *Worker) LocalRegion(ctx context.Context, m *Mem) (*LocalRegion, error) {
+	const op = "ucp: local region"
 	if m == nil {
-		return nil, errs.New("ucp: local region", ucs.ErrInvalidParam, "nil memory mapping")
+		return nil, errs.New(op, ucs.ErrInvalidParam, "nil memory mapping")
 	}
 	addr, err := w.PackAddress()
 	if err != nil {
-		return nil, err
+		return nil, asOp(op, err)
 	}
 	packed, err := m.PackRemoteKey()
 	if err != nil {
-		return nil, err
+		return nil, asOp(op, err)
 	}
 	// No peer error handling: the peer is this worker, and without it UCX
 	// may use its self and shared-memory transports.
 	ep, err := w.ConnectWorker(addr, WithPeerErrorHandling(false))
 	if err != nil {
-		return nil, err
+		return nil, asOp(op, err)
 	}
 	key, err := ep.UnpackRemoteKey(ctx, packed)
 	if err != nil {
 		ep.Close(ctx, CloseForce)
-		return nil, err
+		return nil, asOp(op, err)
 	}
 	return &LocalRegion{RemoteRegion{key, m.Address(), m.Len(), m}, ep}, nil
 }
@@ -346,4 +348,16 @@ func (l *LocalRegion) Close(ctx context.Context) error {
 	}
 	l.key.Close()
 	return l.ep.Close(ctx, CloseFlush)
+}
+
+// asOp is err as the error of op, the call the user made, when it came
+// from a call op made (an unpack inside UnpackRegion, say).
+func asOp(op string, err error) error {
+	var e *ucs.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	c := *e
+	c.Op = op
+	return &c
 }
