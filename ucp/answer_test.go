@@ -18,11 +18,10 @@ import (
 // an error. UCX crashed on it (SIGSEGV in ucp_ep_create, every run on
 // 1.16.0 to 1.23.0~rc1).
 func TestConnRequestAnsweredOnce(t *testing.T) {
-	ctx := newContext(t)
-	server, client := twoWorkers(t, ctx)
-	l, err := server.Listen("127.0.0.1:0")
+	ctx, _, l := listeningServer(t)
+	client, err := ctx.NewWorker()
 	require.NoError(t, err)
-	defer l.Close()
+	defer client.Close()
 	runWorker(t, client)
 
 	ep, err := client.Connect(l.Addr().String())
