@@ -136,7 +136,7 @@ func (p *request) finishLocked() {
 	fl := &p.fl
 	p.live = false
 	handle.Unfinalize(p)
-	st, n := fl.c.Result()
+	p.settleLocked() // before the release: the outcome lives in the UCX request
 	if fl.gets != nil {
 		fl.gets.remove(fl.c)
 	}
@@ -144,10 +144,6 @@ func (p *request) finishLocked() {
 	s.mu.Lock()
 	s.c.Release(fl.c, false)
 	s.mu.Unlock()
-	p.done, p.n = true, n
-	if st != 0 {
-		p.err = &ucs.Error{Op: p.op, Err: ucs.Status(st)}
-	}
 	fl.releaseHolds()
 	fl.res.Release()
 	p.fl = inflight{}
