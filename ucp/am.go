@@ -47,7 +47,7 @@ func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error 
 	if fn == nil {
 		return errs.New(op, ucs.ErrInvalidParam, "nil handler")
 	}
-	if !w.res.Enter() {
+	if !w.enter() {
 		return closedError(op)
 	}
 	defer w.res.Exit()
@@ -84,7 +84,7 @@ func (w *Worker) ClearAMHandler(id AMID) error {
 
 // clearHandler removes id's routing if it is q's (a handler's for nil).
 func (w *Worker) clearHandler(op string, id AMID, q *AMQueue) error {
-	if !w.res.Enter() {
+	if !w.enter() {
 		return closedError(op)
 	}
 	defer w.res.Exit()
@@ -122,6 +122,9 @@ type AMMessage struct {
 
 // Len is the payload length (also of a rendezvous message).
 func (m *AMMessage) Len() int {
+	if m == nil {
+		return 0
+	}
 	if m.rndv {
 		return m.length
 	}
@@ -129,10 +132,15 @@ func (m *AMMessage) Len() int {
 }
 
 // IsRendezvous reports whether the payload still waits in the sender.
-func (m *AMMessage) IsRendezvous() bool { return m.rndv }
+func (m *AMMessage) IsRendezvous() bool { return m != nil && m.rndv }
 
 // Reply is the endpoint to answer on (sender used AMReply), or nil.
-func (m *AMMessage) Reply() *Endpoint { return m.reply }
+func (m *AMMessage) Reply() *Endpoint {
+	if m == nil {
+		return nil
+	}
+	return m.reply
+}
 
 // ReceiveInto receives the payload into buf (len(buf) >= Len()). For an
 // eager message it copies Data and returns a completed request; for a
@@ -142,6 +150,9 @@ func (m *AMMessage) Reply() *Endpoint { return m.reply }
 // Close it returns an error wrapping ucs.ErrClosed.
 func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	const op = "ucp: receive active-message data"
+	if m == nil {
+		return Request{}, errNilMessage(op)
+	}
 	if len(buf) < m.Len() {
 		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "buffer is %d bytes, message %d", len(buf), m.Len())
 	}
@@ -159,6 +170,9 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 // ReceiveIntoMem receives the payload into mapped memory at off.
 func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	const op = "ucp: receive active-message data"
+	if m == nil {
+		return Request{}, errNilMessage(op)
+	}
 	// Entered once: the copy or the transfer happens before Close unmaps.
 	if err := mem.enter(op); err != nil {
 		return Request{}, err
@@ -181,6 +195,8 @@ func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
 	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res)
 }
 
+func errNilMessage(op string) error { return errs.New(op, ucs.ErrInvalidParam, "nil message") }
+
 func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	w := m.w
 	w.mu.Lock()
@@ -202,7 +218,7 @@ func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin
 // handler when it returns without receiving, and for every message not
 // yet received when the worker is closed).
 func (m *AMMessage) Drop() {
-	if !m.rndv || !m.consumed.CompareAndSwap(false, true) {
+	if m == nil || !m.rndv || !m.consumed.CompareAndSwap(false, true) {
 		return
 	}
 	m.w.mu.Lock()
@@ -336,7 +352,7 @@ func (q *AMQueue) ready() bool { return q.queued.Load() > 0 || q.closed.Load() }
 // Receive returns the next message, waiting for it within ctx. After the
 // queue's or the worker's Close it returns an error wrapping ucs.ErrClosed.
 func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
-	if q.w == nil {
+	if q == nil || q.w == nil {
 		return nil, closedError("ucp: receive active message") // a zero queue
 	}
 	for {

@@ -120,7 +120,12 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 }
 
 // Features are the features the context was created with.
-func (c *Context) Features() Feature { return c.features }
+func (c *Context) Features() Feature {
+	if c == nil {
+		return 0
+	}
+	return c.features
+}
 
 // Info is what ucp_context_query reports.
 type Info struct {
@@ -132,7 +137,7 @@ type Info struct {
 
 // Info queries the context.
 func (c *Context) Info() (Info, error) {
-	if !c.res.Enter() {
+	if !c.enter() {
 		return Info{}, closedError("ucp: query context")
 	}
 	defer c.res.Exit()
@@ -152,5 +157,9 @@ func (c *Context) Close() error {
 	c.res.Close()
 	return nil
 }
+
+// enter is c.res.Enter for a Context that may be nil: a nil Context, like
+// a zero one, is a closed one.
+func (c *Context) enter() bool { return c != nil && c.res.Enter() }
 
 func closedError(op string) error { return &ucs.Error{Op: op, Err: ucs.ErrClosed} }

@@ -105,7 +105,7 @@ type endpointState struct {
 // newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
 // through a listener (see Endpoint.wiring).
 func (w *Worker) newEndpoint(op, handshakeHint string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
-	if !w.res.Enter() {
+	if !w.enter() {
 		return nil, closedError(op)
 	}
 	defer w.res.Exit()
@@ -147,7 +147,7 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 	if err != nil {
 		return nil, err
 	}
-	if !w.res.Enter() {
+	if !w.enter() {
 		return nil, closedError(op)
 	}
 	err = w.checkPeerAddress(raw)
@@ -188,10 +188,18 @@ func (ep *Endpoint) checkFailed() {
 }
 
 // Failed is closed when UCX reports the peer failed (peer error handling).
-func (ep *Endpoint) Failed() <-chan struct{} { return ep.failed }
+func (ep *Endpoint) Failed() <-chan struct{} {
+	if ep == nil {
+		return nil
+	}
+	return ep.failed
+}
 
 // Err is the peer failure, or nil.
 func (ep *Endpoint) Err() error {
+	if ep == nil {
+		return nil
+	}
 	select {
 	case <-ep.failed:
 		return ep.failErr
@@ -203,7 +211,7 @@ func (ep *Endpoint) Err() error {
 // enter starts an operation on the endpoint; it fails after Close or a
 // reported peer failure.
 func (ep *Endpoint) enter(op string) error {
-	if !ep.res.Enter() {
+	if ep == nil || !ep.res.Enter() {
 		return closedError(op)
 	}
 	if st := ucs.Status(ep.c.Error()); st != ucs.OK {
@@ -348,6 +356,10 @@ type Listener struct {
 	addr netip.AddrPort
 }
 
+// enter is l.res.Enter for a Listener that may be nil: a nil Listener, like
+// a zero one, is a closed one.
+func (l *Listener) enter() bool { return l != nil && l.res.Enter() }
+
 // parseAddrPort reads "host:port" with an IP address for host. To listen,
 // an empty host means every IPv4 address (as net.Listen's ":port") and port
 // 0 a free port; to connect, port 0 is refused, as the kernel would.
@@ -388,7 +400,7 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !w.res.Enter() {
+	if !w.enter() {
 		return nil, closedError(op)
 	}
 	defer w.res.Exit()
@@ -425,7 +437,12 @@ func releaseListener(s *listenerState) {
 }
 
 // Addr is the address the listener is bound to.
-func (l *Listener) Addr() netip.AddrPort { return l.addr }
+func (l *Listener) Addr() netip.AddrPort {
+	if l == nil {
+		return netip.AddrPort{}
+	}
+	return l.addr
+}
 
 // ConnRequest is a pending connection; Accept or Reject it.
 type ConnRequest struct {
@@ -465,9 +482,12 @@ func (l *Listener) Accept(ctx context.Context, opts ...EndpointOption) (*Endpoin
 // AcceptRequest waits for the next connection request (bounded by ctx), to
 // Accept or Reject.
 func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
-	op := "ucp: accept on listener " + l.addr.String()
+	op := "ucp: accept on listener"
+	if a := l.Addr(); a.IsValid() { // not a zero Listener's
+		op += " " + a.String()
+	}
 	for {
-		if !l.res.Enter() {
+		if !l.enter() {
 			return nil, closedError(op)
 		}
 		l.w.mu.Lock()
@@ -526,7 +546,7 @@ func (l *Listener) Close() error {
 	// An Accept asleep on the worker ends now. The wake signals the UCX
 	// worker: only while the listener, which holds it, is held here (a
 	// second Close found it destroyed: SIGSEGV).
-	if !l.res.Enter() {
+	if !l.enter() {
 		return nil
 	}
 	l.res.Ref()
@@ -537,7 +557,12 @@ func (l *Listener) Close() error {
 }
 
 // ClientAddr is where the connection request came from.
-func (cr *ConnRequest) ClientAddr() netip.AddrPort { return cr.from }
+func (cr *ConnRequest) ClientAddr() netip.AddrPort {
+	if cr == nil {
+		return netip.AddrPort{}
+	}
+	return cr.from
+}
 
 // errAnswered is what a second Accept or Reject of a request returns.
 func errAnswered(op string) error {
@@ -549,7 +574,7 @@ func errAnswered(op string) error {
 // ucs.ErrClosed.
 func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	const op = "ucp: accept connection"
-	if cr.l == nil {
+	if cr == nil || cr.l == nil {
 		return nil, closedError(op) // a zero ConnRequest
 	}
 	if !cr.answered.CompareAndSwap(false, true) {
@@ -573,7 +598,7 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 // Reject refuses the connection; see Accept for a request already answered.
 func (cr *ConnRequest) Reject() error {
 	const op = "ucp: reject connection"
-	if cr.l == nil {
+	if cr == nil || cr.l == nil {
 		return closedError(op) // a zero ConnRequest
 	}
 	if !cr.answered.CompareAndSwap(false, true) {

@@ -219,7 +219,7 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	if kind == ucs.MemRegistered && p == nil {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "nil pointer")
 	}
-	if !c.res.Enter() {
+	if !c.enter() {
 		return nil, closedError(op)
 	}
 	defer c.res.Exit()
@@ -265,23 +265,43 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 }
 
 // Kind says where the memory comes from.
-func (m *Mem) Kind() ucs.MemKind { return m.kind }
+func (m *Mem) Kind() ucs.MemKind {
+	if m == nil {
+		return 0
+	}
+	return m.kind
+}
 
 // Address is the memory's address: in this process, or for imported memory
 // in the exporter's (where RMA on it lands).
-func (m *Mem) Address() uint64 { return uint64(uintptr(m.addr)) }
+func (m *Mem) Address() uint64 {
+	if m == nil {
+		return 0
+	}
+	return uint64(uintptr(m.addr))
+}
 
 // Len is the mapping's length.
-func (m *Mem) Len() int { return int(m.n) }
+func (m *Mem) Len() int {
+	if m == nil {
+		return 0
+	}
+	return int(m.n)
+}
 
 // Descriptor is what an imported mapping was made from (nil otherwise).
-func (m *Mem) Descriptor() *Descriptor { return m.desc }
+func (m *Mem) Descriptor() *Descriptor {
+	if m == nil {
+		return nil
+	}
+	return m.desc
+}
 
 // Bytes is the memory as a slice, valid until Close. Imported memory lives
 // in another process: asking for its bytes is an error.
 func (m *Mem) Bytes() ([]byte, error) {
 	const op = "ucp: bytes of mapped memory"
-	if !m.res.Enter() {
+	if m == nil || !m.res.Enter() {
 		return nil, closedError(op)
 	}
 	defer m.res.Exit()
@@ -310,7 +330,7 @@ func (m *Mem) Export() ([]byte, error) { return m.AppendExport(nil) }
 // nothing when dst has room.
 func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	const op = "ucp: export memory handle"
-	if !m.res.Enter() {
+	if m == nil || !m.res.Enter() {
 		return dst, closedError(op)
 	}
 	defer m.res.Exit()
@@ -343,7 +363,7 @@ func (m *Mem) PackRemoteKey() ([]byte, error) { return m.AppendRemoteKey(nil) }
 // when dst has room.
 func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 	const op = "ucp: pack rkey"
-	if !m.res.Enter() {
+	if m == nil || !m.res.Enter() {
 		return dst, closedError(op)
 	}
 	defer m.res.Exit()
@@ -443,8 +463,8 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	if len(packed) == 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "empty rkey")
 	}
-	if ep.res == nil {
-		return nil, closedError(op) // a zero Endpoint
+	if ep == nil || ep.res == nil {
+		return nil, closedError(op) // a nil or zero Endpoint
 	}
 	if ep.wiring.Load() {
 		if err := ep.Flush(ctx); err != nil {

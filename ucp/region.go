@@ -42,7 +42,7 @@ type RemoteRegion struct {
 // where you can.
 func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 	const op = "ucp: remote region"
-	if rk.res.Closed() {
+	if rk == nil || rk.res.Closed() {
 		return RemoteRegion{}, closedError(op)
 	}
 	if rk.bounded {
@@ -115,6 +115,9 @@ func unseal(op, magic, noun, from string, b []byte, minBody int) ([]byte, error)
 // are refused before any reaches UCX. It does not make a peer honest: a
 // peer may still craft any region for a key it holds (see RemoteKey.Region).
 func (m *Mem) PackRegion() ([]byte, error) {
+	if m == nil {
+		return nil, closedError("ucp: pack region")
+	}
 	b := make([]byte, regionHeaderSize, regionHeaderSize+int(max(m.rkeyLen.Load(), 64))+sealSize)
 	copy(b, regionMagic)
 	binary.LittleEndian.PutUint64(b[len(regionMagic):], m.Address())

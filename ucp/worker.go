@@ -91,6 +91,10 @@ type Worker struct {
 	peerAddrs peerAddressChecker // ConnectWorker's check of peer addresses
 }
 
+// enter is w.res.Enter for a Worker that may be nil: a nil Worker, like a
+// zero one, is a closed one.
+func (w *Worker) enter() bool { return w != nil && w.res.Enter() }
+
 // NewWorker creates a worker of the context.
 func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	const op = "ucp: create worker"
@@ -101,7 +105,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if o.mode != ThreadSerialized && o.mode != ThreadMulti {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "thread mode %v: a worker is ThreadSerialized or ThreadMulti", o.mode)
 	}
-	if !c.res.Enter() {
+	if !c.enter() {
 		return nil, closedError(op)
 	}
 	defer c.res.Exit()
@@ -147,11 +151,11 @@ type Stats struct {
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
-	if w.engine == nil {
-		return Stats{} // a zero Worker
+	if w == nil || w.engine == nil {
+		return Stats{} // a nil or zero Worker
 	}
 	st := Stats{TickWakeups: w.tickWakeups.Load()}
-	if w.res.Enter() { // the shim's counter lives with the UCX worker
+	if w.enter() { // the shim's counter lives with the UCX worker
 		w.mu.Lock()
 		st.AMDropped = w.c.AMDropped()
 		w.mu.Unlock()
@@ -161,12 +165,17 @@ func (w *Worker) Stats() Stats {
 }
 
 // Context is the worker's context.
-func (w *Worker) Context() *Context { return w.ctx }
+func (w *Worker) Context() *Context {
+	if w == nil {
+		return nil
+	}
+	return w.ctx
+}
 
 // PackAddress is the worker's packed address, for ConnectWorker on a peer.
 func (w *Worker) PackAddress() (WorkerAddress, error) {
 	const op = "ucp: worker address"
-	if !w.res.Enter() {
+	if !w.enter() {
 		return nil, closedError(op)
 	}
 	defer w.res.Exit()
@@ -185,7 +194,7 @@ func (w *Worker) PackAddress() (WorkerAddress, error) {
 // the messages arrived: while another goroutine runs handlers, it runs
 // these too, and Progress returns without waiting for them.
 func (w *Worker) Progress() (int, error) {
-	if !w.res.Enter() {
+	if !w.enter() {
 		return 0, closedError("ucp: progress worker")
 	}
 	n, dispatcher := w.progressLocked(cgo.Request{}, 1)
@@ -278,7 +287,7 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 // nil return does not say anything happened: loop on Wait as Run does. The
 // worker's Close ends a Wait asleep with an error wrapping ucs.ErrClosed.
 func (w *Worker) Wait(ctx context.Context) error {
-	if !w.res.Enter() {
+	if !w.enter() {
 		return closedError("ucp: wait on worker")
 	}
 	defer w.res.Exit()
@@ -296,14 +305,14 @@ func (w *Worker) Wait(ctx context.Context) error {
 // when idle. A side that owns memory its peers access runs it in a
 // goroutine.
 func (w *Worker) Run(ctx context.Context) error {
-	if !w.res.Enter() {
+	if !w.enter() {
 		return closedError("ucp: run worker")
 	}
 	for {
 		err := w.waitFor(ctx, waitReady{op: "ucp: run worker", endOnClose: true})
 		w.res.Exit()
 		// Between rounds Close may take the worker: Run then ends.
-		if err == nil && !w.res.Enter() {
+		if err == nil && !w.enter() {
 			return closedError("ucp: run worker")
 		}
 		if err != nil {
@@ -320,7 +329,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // remotely.
 func (w *Worker) Flush(ctx context.Context) error {
 	const op = "ucp: flush worker"
-	if !w.res.Enter() {
+	if !w.enter() {
 		return closedError(op)
 	}
 	w.mu.Lock()
@@ -354,7 +363,7 @@ func (w *Worker) Close() error {
 	}
 	// Hold a reference across the close, so that the UCX worker is still
 	// there to drain if requests were abandoned to it.
-	if !w.res.Enter() {
+	if !w.enter() {
 		return nil
 	}
 	w.res.Ref()

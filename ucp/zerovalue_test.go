@@ -12,14 +12,20 @@ import (
 )
 
 // TestZeroValueHandles: a zero handle (a struct field never set, new(T))
-// is a closed one: every method answers with an error naming its
-// operation, and none panics.
+// and a nil one (what a failed constructor returned) are closed ones:
+// every method answers with an error naming its operation, and none
+// panics. The value types (Request, RemoteRegion and the RemoteRegion a
+// LocalRegion embeds) are called as zero values only: through a nil
+// pointer Go's dereference panics before their methods run.
 func TestZeroValueHandles(t *testing.T) {
 	for _, v := range []any{
 		new(ucp.Context), new(ucp.Worker), new(ucp.Endpoint), new(ucp.Listener),
 		new(ucp.ConnRequest), new(ucp.Mem), new(ucp.RemoteKey), new(ucp.RemoteRegion),
 		new(ucp.LocalRegion), new(ucp.AMQueue), new(ucp.AMMessage), ucp.Request{},
 		new(ucp.Descriptor),
+		(*ucp.Context)(nil), (*ucp.Worker)(nil), (*ucp.Endpoint)(nil), (*ucp.Listener)(nil),
+		(*ucp.ConnRequest)(nil), (*ucp.Mem)(nil), (*ucp.RemoteKey)(nil),
+		(*ucp.AMQueue)(nil), (*ucp.AMMessage)(nil), (*ucp.Descriptor)(nil),
 	} {
 		zerohandle.CallEveryMethod(t, v, "ucp: ")
 	}

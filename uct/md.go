@@ -143,14 +143,29 @@ func (m *MD) ops() *opNames {
 }
 
 // Name is the MD's resource name ("posix", "mlx5_0", ...).
-func (m *MD) Name() string { return m.name }
+func (m *MD) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 // Component is the component the MD belongs to.
-func (m *MD) Component() Component { return m.component }
+func (m *MD) Component() Component {
+	if m == nil {
+		return Component{}
+	}
+	return m.component
+}
 
 // Attr returns the attributes queried with uct_md_query_v2 when the MD was
 // opened (they do not change while it is open).
-func (m *MD) Attr() Attr { return m.attr }
+func (m *MD) Attr() Attr {
+	if m == nil {
+		return Attr{}
+	}
+	return m.attr
+}
 
 // Close closes the MD. Its UCX object is released once every registration,
 // allocation and remote key made with it is closed too.
@@ -165,8 +180,8 @@ func (m *MD) Close() error {
 // HaveExportedMkey returns nil if the MD can export memory keys, else an
 // error wrapping ucs.ErrUnsupported that says why.
 func (m *MD) HaveExportedMkey() error {
-	if m.res == nil {
-		return &ucs.Error{Op: m.ops().export, Err: ucs.ErrClosed, Reason: "a zero MD: open one with OpenMD"}
+	if m == nil || m.res == nil {
+		return &ucs.Error{Op: m.ops().export, Err: ucs.ErrClosed, Reason: "a nil or zero MD: open one with OpenMD"}
 	}
 	return m.exportCapable(m.op.export)
 }
@@ -183,6 +198,9 @@ func (m *MD) exportCapable(op string) error {
 
 // enter starts an operation on the MD, or returns the closed error for op.
 func (m *MD) enter(op string) error {
+	if m == nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: "a nil MD"}
+	}
 	if !m.res.Enter() {
 		return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: "md " + strconv.Quote(m.name) + " is closed"}
 	}

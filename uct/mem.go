@@ -169,23 +169,43 @@ func (m *MD) Attach(desc []byte, opts ...AttachOption) (*Mem, error) {
 }
 
 // MD is the memory domain the Mem belongs to.
-func (mem *Mem) MD() *MD { return mem.md }
+func (mem *Mem) MD() *MD {
+	if mem == nil {
+		return nil
+	}
+	return mem.md
+}
 
 // Kind says how the Mem was made.
-func (mem *Mem) Kind() ucs.MemKind { return mem.kind }
+func (mem *Mem) Kind() ucs.MemKind {
+	if mem == nil {
+		return 0
+	}
+	return mem.kind
+}
 
 // Len is the length of the memory (0 for attached memory, whose extent
 // only the exporter knows).
-func (mem *Mem) Len() int { return int(mem.size) }
+func (mem *Mem) Len() int {
+	if mem == nil {
+		return 0
+	}
+	return int(mem.size)
+}
 
 // Address is the memory's first byte in this process (0 for attached memory).
-func (mem *Mem) Address() uintptr { return uintptr(mem.addr) }
+func (mem *Mem) Address() uintptr {
+	if mem == nil {
+		return 0
+	}
+	return uintptr(mem.addr)
+}
 
 // Bytes is the memory as a slice, valid until Close. Imported memory lives
 // in another process and has no bytes here: that is an error.
 func (mem *Mem) Bytes() ([]byte, error) {
-	op := "uct: bytes of " + mem.kind.String() + " memory"
-	if !mem.res.Enter() {
+	op := "uct: bytes of " + mem.Kind().String() + " memory"
+	if mem == nil || !mem.res.Enter() {
 		return nil, mem.closedErr(op)
 	}
 	defer mem.res.Exit()
@@ -203,7 +223,7 @@ func (mem *Mem) closedErr(op string) error {
 // flags) into a new slice of the MD's rkey packed size, which is 0 for MDs
 // that need no key (self, tcp, cma).
 func (mem *Mem) PackRemoteKey() ([]byte, error) {
-	return mem.pack(mem.md.ops().packRkey, false, nil)
+	return mem.pack(mem.MD().ops().packRkey, false, nil)
 }
 
 // Export packs the memory's exported key (uct_md_mkey_pack_v2 with
@@ -212,7 +232,7 @@ func (mem *Mem) PackRemoteKey() ([]byte, error) {
 // UCT_MD_FLAG_EXPORTED_MKEY it returns ucs.ErrUnsupported and UCX is not
 // called (UCX would "succeed" with meaningless bytes).
 func (mem *Mem) Export() ([]byte, error) {
-	return mem.pack(mem.md.ops().export, true, mem.exportCheck)
+	return mem.pack(mem.MD().ops().export, true, mem.exportCheck)
 }
 
 func (mem *Mem) exportCheck() error {
@@ -228,7 +248,7 @@ func (mem *Mem) exportCheck() error {
 // pack runs one mkey pack; check, when set, vets the call once the handle
 // is known to be open.
 func (mem *Mem) pack(op string, export bool, check func() error) ([]byte, error) {
-	if !mem.res.Enter() {
+	if mem == nil || !mem.res.Enter() {
 		return nil, mem.closedErr(op)
 	}
 	defer mem.res.Exit()
@@ -305,7 +325,7 @@ func (m *MD) UnpackRemoteKey(packed []byte) (*RemoteKey, error) {
 
 // Value is the key value UCT transports take, or an error after Close.
 func (rk *RemoteKey) Value() (uint64, error) {
-	if !rk.res.Enter() {
+	if rk == nil || !rk.res.Enter() {
 		return 0, &ucs.Error{Op: "uct: remote key value", Err: ucs.ErrClosed}
 	}
 	defer rk.res.Exit()

@@ -7,9 +7,12 @@ import (
 	"github.com/ucxgo/ucx/uct"
 )
 
-// TestZeroValueHandles: a zero handle is a closed one (see ucp's).
+// TestZeroValueHandles: a zero or nil handle is a closed one (see ucp's).
 func TestZeroValueHandles(t *testing.T) {
-	for _, v := range []any{new(uct.Component), new(uct.MD), new(uct.Mem), new(uct.RemoteKey), new(uct.MDReport)} {
+	for _, v := range []any{
+		new(uct.Component), new(uct.MD), new(uct.Mem), new(uct.RemoteKey), new(uct.MDReport),
+		(*uct.MD)(nil), (*uct.Mem)(nil), (*uct.RemoteKey)(nil),
+	} {
 		zerohandle.CallEveryMethod(t, v, "uct: ")
 	}
 }
