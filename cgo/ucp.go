@@ -92,6 +92,13 @@ func (c Context) CreateWorker(threadMode int) (Worker, Status) {
 // Destroy destroys the worker, dropping queued messages.
 func (w Worker) Destroy() { C.ucxgo_worker_destroy(w.p) }
 
+// MaxAMHeader is the largest active-message header the worker sends.
+func (w Worker) MaxAMHeader() (int, Status) {
+	var n C.size_t
+	st := Status(C.ucxgo_worker_max_am_header(w.p, &n))
+	return int(n), st
+}
+
 // Address is the worker's packed address.
 func (w Worker) Address() ([]byte, Status) {
 	buf := make([]byte, 1024)

@@ -170,6 +170,20 @@ void ucxgo_worker_destroy(ucxgo_worker_t *w)
     free(w);
 }
 
+ucs_status_t ucxgo_worker_max_am_header(ucxgo_worker_t *w, size_t *n)
+{
+    ucp_worker_attr_t attr;
+    ucs_status_t status;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    status = ucp_worker_query(w->worker, &attr);
+    if (status == UCS_OK) {
+        *n = attr.max_am_header;
+    }
+    return status;
+}
+
 ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
                                   size_t *len)
 {

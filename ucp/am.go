@@ -50,6 +50,9 @@ func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error 
 	if !w.enter() {
 		return closedError(op)
 	}
+	if w.ctx.features&FeatureAM == 0 {
+		return errs.New(op, ucs.ErrUnsupported, "the context was made without FeatureAM (see WithFeatures)")
+	}
 	defer w.res.Exit()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -266,3 +266,40 @@ func TestRegionErrorsNameTheCall(t *testing.T) {
 	assert.ErrorIs(t, err, ucs.ErrClosed)
 	assert.ErrorContains(t, err, "ucp: unpack region")
 }
+
+// TestSendAMHeaderOverLimit: a header over what the worker's UCX sends in
+// one message is refused by SendAM, naming both sizes (UCX said a bare
+// "Invalid parameter", and checks it only when built with parameter
+// checks); a small header still goes.
+func TestSendAMHeaderOverLimit(t *testing.T) {
+	p := newListenerPair(t)
+	q, err := p.server.OpenAMQueue(3)
+	require.NoError(t, err)
+	defer q.Close()
+	runWorker(t, p.server)
+
+	_, err = p.cep.SendAM(3, make([]byte, 1<<20), nil, 0)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Regexp(t, `^ucp: send active message: .*a 1048576-byte header is over the \d+ bytes`, err.Error())
+
+	req, err := p.cep.SendAM(3, []byte("small header"), []byte("data"), 0)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	m, err := q.Receive(waitCtx(t))
+	require.NoError(t, err)
+	assert.Equal(t, "small header", string(m.Header))
+}
+
+// TestSendAMWithoutAMFeature: a context made without FeatureAM refuses
+// SendAM, SetAMHandler and OpenAMQueue with a reason instead of handing UCX
+// a call it was not set up for.
+func TestSendAMWithoutAMFeature(t *testing.T) {
+	p := newListenerPair(t, ucp.WithFeatures(ucp.FeatureRMA))
+	_, err := p.cep.SendAM(3, nil, []byte("data"), 0)
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+	assert.Contains(t, err.Error(), "FeatureAM")
+	err = p.server.SetAMHandler(3, func(*ucp.AMMessage) {})
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+	_, err = p.server.OpenAMQueue(3)
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+}

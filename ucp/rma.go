@@ -142,6 +142,10 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 
 // SendAM sends an active message with header and data to handler id on
 // the peer. The header is copied by UCX; data is pinned until completion.
+// A header over the largest the worker's UCX sends in one message
+// (ucp_worker_query's max_am_header, some KiB) is refused with
+// ucs.ErrInvalidParam, and a context without FeatureAM refuses every send
+// with ucs.ErrUnsupported.
 // A message to an id the peer has no handler or queue for is dropped
 // there, and its request completes, except a rendezvous one (large data),
 // whose request fails with ucs.ErrInvalidParam: UCX's answer on every
@@ -175,6 +179,12 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 		return Request{}, err
 	}
 	defer ep.res.Exit()
+	if ep.w.ctx.features&FeatureAM == 0 {
+		return Request{}, errs.New(op, ucs.ErrUnsupported, "the context was made without FeatureAM (see WithFeatures)")
+	}
+	if len(header) > ep.w.maxAMHeader {
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a %d-byte header is over the %d bytes this worker's UCX sends in one (send the rest as data)", len(header), ep.w.maxAMHeader)
+	}
 	ep.w.mu.Lock()
 	r := ep.c.AMSend(uint(id), header, p, uintptr(n), memh, uint(flags))
 	ep.w.mu.Unlock()

@@ -88,7 +88,8 @@ type Worker struct {
 	amSpare     []amMessage // the dispatcher's buffer, reused
 	dispatching bool
 
-	peerAddrs peerAddressChecker // ConnectWorker's check of peer addresses
+	peerAddrs   peerAddressChecker // ConnectWorker's check of peer addresses
+	maxAMHeader int                // the largest header SendAM takes (ucp_worker_query)
 }
 
 // enter is w.res.Enter for a Worker that may be nil: a nil Worker, like a
@@ -135,6 +136,16 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 			w.res.Close()
 			return nil, err
 		}
+	}
+	if c.features&FeatureAM != 0 {
+		// Checked in Go: UCX checks it only when built with parameter
+		// checks, and answers a bare "Invalid parameter" when it does.
+		n, st := cw.MaxAMHeader()
+		if err := errs.Status(ucs.Status(st), op); err != nil {
+			w.res.Close()
+			return nil, err
+		}
+		w.maxAMHeader = n
 	}
 	runtime.AddCleanup(w, collectWorker, w.res)
 	return w, nil

@@ -81,6 +81,8 @@ ucs_status_t ucxgo_ucp_query(ucp_context_h ctx, ucxgo_context_info_t *info);
 ucs_status_t ucxgo_worker_create(ucp_context_h ctx, int thread_mode,
                                  ucxgo_worker_t **w_p);
 void ucxgo_worker_destroy(ucxgo_worker_t *w);
+/* The largest active-message header the worker sends (ucp_worker_query). */
+ucs_status_t ucxgo_worker_max_am_header(ucxgo_worker_t *w, size_t *n);
 ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
                                   size_t *len);
 unsigned ucxgo_worker_progress(ucxgo_worker_t *w);
