@@ -50,10 +50,10 @@ func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error 
 	if !w.enter() {
 		return closedError(op)
 	}
+	defer w.res.Exit()
 	if w.ctx.features&FeatureAM == 0 {
 		return errs.New(op, ucs.ErrUnsupported, "the context was made without FeatureAM (see WithFeatures)")
 	}
-	defer w.res.Exit()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h, ok := w.handlers[id]; ok {
