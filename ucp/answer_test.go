@@ -303,3 +303,29 @@ func TestSendAMWithoutAMFeature(t *testing.T) {
 	_, err = p.server.OpenAMQueue(3)
 	require.ErrorIs(t, err, ucs.ErrUnsupported)
 }
+
+// TestForceCloseCancelsWithReason: a put in flight when its endpoint is
+// force-closed ends with ucs.ErrCanceled and says why (it said a bare
+// "Request canceled").
+func TestForceCloseCancelsWithReason(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	server, client := twoWorkers(t, ctx) // the server is never progressed: the put stays in flight
+	addr, err := server.PackAddress()
+	require.NoError(t, err)
+	ep, err := client.ConnectWorker(addr)
+	require.NoError(t, err)
+	target, err := ctx.Allocate(1 << 20)
+	require.NoError(t, err)
+	defer target.Close()
+	packed, err := target.PackRegion()
+	require.NoError(t, err)
+	region, err := ep.UnpackRegion(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer region.Key().Close()
+	req, err := region.Put(make([]byte, 1<<20), 0)
+	require.NoError(t, err)
+	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
+	err = req.Wait(waitCtx(t))
+	require.ErrorIs(t, err, ucs.ErrCanceled)
+	assert.Equal(t, "ucp: put: Request canceled: its endpoint was closed before it completed (CloseForce cancels what is in flight)", err.Error())
+}

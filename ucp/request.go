@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"context"
-	"github.com/ucxgo/ucx/internal/errs"
 	"runtime"
 	"sync"
 
@@ -91,11 +90,7 @@ func completedRequest(op string, st ucs.Status, n uint64) Request {
 	if st == ucs.OK && n == 0 {
 		return Request{completedOK}
 	}
-	p := &request{op: op, done: true, n: n}
-	if st != ucs.OK {
-		p.err = &ucs.Error{Op: op, Err: st}
-	}
-	return Request{p}
+	return Request{&request{op: op, done: true, n: n, err: outcomeError(op, st)}}
 }
 
 // releaseHolds unpins and drops the references of a finished operation,
@@ -183,9 +178,21 @@ func (r Request) Test() (done bool, err error) {
 func (p *request) settleLocked() {
 	st, n := p.fl.c.Result()
 	p.done, p.n = true, n
-	if st != 0 {
-		p.err = &ucs.Error{Op: p.op, Err: ucs.Status(st)}
+	p.err = outcomeError(p.op, ucs.Status(st))
+}
+
+// outcomeError is the error of an operation UCX completed with st.
+func outcomeError(op string, st ucs.Status) error {
+	if st == ucs.OK {
+		return nil
 	}
+	e := &ucs.Error{Op: op, Err: st}
+	if st == ucs.ErrCanceled {
+		// UCX cancels what an endpoint has in flight when it is closed
+		// with force (ucp_ep.c), or closed after it failed.
+		e.Reason = "its endpoint was closed before it completed (CloseForce cancels what is in flight)"
+	}
+	return e
 }
 
 func detachedError(op string) error {
@@ -311,7 +318,7 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 		if after != nil {
 			after()
 		}
-		return errs.Status(ucs.Status(r.St), op)
+		return outcomeError(op, ucs.Status(r.St))
 	}
 	for !r.Done() {
 		if err := w.waitFor(ctx, waitReady{op: op, req: r}); err != nil {
@@ -330,5 +337,5 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 	if after != nil {
 		after()
 	}
-	return errs.Status(ucs.Status(st), op)
+	return outcomeError(op, ucs.Status(st))
 }
