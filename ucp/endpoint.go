@@ -44,7 +44,13 @@ func endpointOpts(opts []EndpointOption) endpointOptions {
 type CloseMode int
 
 const (
-	// CloseFlush completes outstanding operations and disconnects cleanly.
+	// CloseFlush completes outstanding operations, then disconnects. On an
+	// endpoint made through a listener with peer error handling (the
+	// default) it disconnects as CloseForce does once the flush completed:
+	// UCX's own flush close kept serving the peer's gets on the closing
+	// endpoint and aborted the process when one met its failed transport
+	// (see flushThenForce); the peer's endpoint fails with
+	// ucs.ErrConnectionReset either way.
 	CloseFlush CloseMode = iota
 	// CloseForce drops outstanding operations (they end with an error).
 	// It first waits, for up to forceCloseGrace (and within Close's ctx),
@@ -100,11 +106,16 @@ type endpointState struct {
 	gets    *getsInFlight
 	wiring  *atomic.Bool // Endpoint.wiring
 	byClose bool         // Close closes the UCX endpoint itself; the release does only for a collected endpoint
+	// flushThenForce: CloseFlush flushes, then force-closes (see
+	// closeEndpoint); set for an endpoint made through a listener, with
+	// peer error handling.
+	flushThenForce bool
 }
 
 // newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
-// through a listener (see Endpoint.wiring).
-func (w *Worker) newEndpoint(op, handshakeHint string, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
+// through a listener (see Endpoint.wiring), peerErr one with peer error
+// handling.
+func (w *Worker) newEndpoint(op, handshakeHint string, peerErr bool, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
 	if !w.enter() {
 		return nil, closedError(op)
 	}
@@ -123,7 +134,8 @@ func (w *Worker) newEndpoint(op, handshakeHint string, create func() (cgo.Endpoi
 	ep.wiring.Store(handshakeHint != "")
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight), wiring: ep.wiring})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight), wiring: ep.wiring,
+		flushThenForce: handshakeHint != "" && peerErr})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -157,7 +169,7 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 	}
 	padded := peerAddressCopy(raw)
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, "", func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
+	return w.newEndpoint(op, "", o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
 }
 
 // Connect creates a client-server endpoint to a Listener at addr
@@ -173,7 +185,7 @@ func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error)
 	}
 	o := endpointOpts(opts)
 	hint := fmt.Sprintf("the handshake with %s has not finished: the server there has not accepted the connection, or is not progressing its worker, or is not a UCX listener", ap)
-	return w.newEndpoint(op, hint, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	return w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
 }
 
 // checkFailed delivers an error the shim's handler recorded. Called with
@@ -276,6 +288,9 @@ func releaseEndpoint(s *endpointState) {
 // ctx; a nil ctx hands the close to the worker instead of waiting.
 func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error {
 	w := s.w
+	if mode == CloseFlush && ctx != nil && s.flushThenForce && s.c.Error() == 0 {
+		return flushThenForce(ctx, s)
+	}
 	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.wiring.Load() {
 		waitHandshakeBeforeForce(ctx, s)
 	}
@@ -307,16 +322,54 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 		abandonTo(w.res, r, nil, free)
 		return nil
 	}
-	err := w.await(ctx, "ucp: close endpoint (flush)", r, free)
+	err := w.await(ctx, closeFlushOp, r, free)
 	if err == nil || force {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return &ucs.Error{Op: "ucp: close endpoint (flush)", Err: err.(*ucs.Error).Err, Wrapped: ctx.Err(),
-			Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " +
-				"the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once"}
+		return flushTimeout(err, ctx, "the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once")
 	}
 	return err
+}
+
+const closeFlushOp = "ucp: close endpoint (flush)"
+
+// flushTimeout is the error of a flush close whose ctx ended first; then
+// says what became of the endpoint.
+func flushTimeout(err error, ctx context.Context, then string) error {
+	return &ucs.Error{Op: closeFlushOp, Err: err.(*ucs.Error).Err, Wrapped: ctx.Err(),
+		Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " + then}
+}
+
+// flushThenForce is CloseFlush of an endpoint made through a listener, with
+// peer error handling: a flush, then a force close. UCX's own flush close
+// leaves the closed endpoint in place until the peer acknowledges the
+// disconnect, serving the peer's gets meanwhile, and a get reply on its
+// failed transport aborted the process (ucs_fatal in ucp_get_req_handler:
+// the owner's flush close while its peer read, 4 of 15 runs of 5 closes,
+// UCX 1.18.1); force-closed, the endpoint is gone at once and UCX drops
+// such requests. The peer sees the same either way: its endpoint fails
+// with ucs.ErrConnectionReset.
+func flushThenForce(ctx context.Context, s *endpointState) error {
+	w := s.w
+	w.mu.Lock()
+	r := s.c.Flush()
+	w.mu.Unlock()
+	w.res.Ref() // the flush's, dropped by await
+	err := w.await(ctx, closeFlushOp, r, nil)
+	if err == nil {
+		s.wiring.Store(false) // a completed flush waited for the wire-up
+	}
+	// ctx is done if the flush did not complete: the force close waits no
+	// grace, and cancels what is still in flight.
+	closeErr := closeEndpoint(ctx, s, CloseForce)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return flushTimeout(err, ctx, "the endpoint was then force-closed, which ended its operations in flight")
+	case err != nil:
+		return err
+	}
+	return closeErr
 }
 
 // waitHandshakeBeforeForce flushes an endpoint still in its handshake, for
@@ -583,7 +636,7 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 	o := endpointOpts(opts)
 	consumed := false
 	hint := fmt.Sprintf("the handshake with client %s has not finished: its worker is not being progressed", cr.from)
-	ep, err := cr.l.w.newEndpoint(op, hint, func() (cgo.Endpoint, cgo.Status) {
+	ep, err := cr.l.w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) {
 		consumed = true
 		return cr.l.w.c.Accept(cr.c, o.peerErr)
 	})
