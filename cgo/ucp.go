@@ -227,11 +227,13 @@ type Conn struct{ p *C.ucxgo_conn_t }
 // ClientAddr is the address the request came from.
 func (c Conn) ClientAddr() netip.AddrPort { return fromSockaddr(&c.p.client_addr) }
 
-// Listen creates a listener on addr; bound is the address it got.
-func (w Worker) Listen(addr netip.AddrPort) (l Listener, bound netip.AddrPort, st Status) {
+// Listen creates a listener on addr; bound is the address it got. With
+// refuseByClosing its rejects accept and force-close instead (for UCX 1.16
+// and 1.17, whose reject aborts the process on a later connection).
+func (w Worker) Listen(addr netip.AddrPort, refuseByClosing bool) (l Listener, bound netip.AddrPort, st Status) {
 	sa, n := toSockaddr(addr)
 	var out C.struct_sockaddr_storage
-	st = Status(C.ucxgo_listener_create(w.p, (*C.struct_sockaddr)(unsafe.Pointer(&sa)), C.socklen_t(n), &l.p, &out))
+	st = Status(C.ucxgo_listener_create(w.p, (*C.struct_sockaddr)(unsafe.Pointer(&sa)), C.socklen_t(n), boolInt(refuseByClosing), &l.p, &out))
 	if st != 0 {
 		return l, bound, st
 	}
@@ -254,7 +256,8 @@ func (l Listener) Take() (Conn, bool) {
 // Pending reports whether requests are queued (not a cgo call).
 func (l Listener) Pending() bool { return l.p.head != nil }
 
-// Reject rejects and frees a connection request.
+// Reject rejects (or refuses by closing, see Listen) and frees a
+// connection request.
 func (l Listener) Reject(c Conn) Status { return Status(C.ucxgo_listener_reject(l.p, c.p)) }
 
 // Endpoint is a UCP endpoint with the error its handler recorded.

@@ -56,6 +56,7 @@ typedef struct ucxgo_listener {
     ucxgo_worker_t  *worker;
     ucxgo_conn_t    *head, *tail;
     int              closed;   /* requests are rejected on arrival */
+    int              refuse_by_closing; /* see ucxgo_listener_refuse */
 } ucxgo_listener_t;
 
 typedef struct ucxgo_am_handler {
@@ -102,7 +103,8 @@ ucs_status_ptr_t ucxgo_worker_flush(ucxgo_worker_t *w);
 
 /* listener */
 ucs_status_t ucxgo_listener_create(ucxgo_worker_t *w, const struct sockaddr *addr,
-                                   socklen_t addrlen, ucxgo_listener_t **l_p,
+                                   socklen_t addrlen, int refuse_by_closing,
+                                   ucxgo_listener_t **l_p,
                                    struct sockaddr_storage *bound);
 void ucxgo_listener_close(ucxgo_listener_t *l);
 void ucxgo_listener_destroy(ucxgo_listener_t *l);
