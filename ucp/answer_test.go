@@ -327,5 +327,5 @@ func TestForceCloseCancelsWithReason(t *testing.T) {
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
 	err = req.Wait(waitCtx(t))
 	require.ErrorIs(t, err, ucs.ErrCanceled)
-	assert.Equal(t, "ucp: put: Request canceled: its endpoint was closed before it completed (CloseForce cancels what is in flight)", err.Error())
+	assert.Equal(t, "ucp: put: Request canceled: its endpoint was force-closed, or its peer closed or failed, before it completed", err.Error())
 }

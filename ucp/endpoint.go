@@ -258,7 +258,9 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 
 // Close disconnects: CloseFlush completes outstanding operations first,
 // CloseForce drops them (see CloseForce). It waits (bounded by ctx) for UCX
-// to finish. Remote keys unpacked on the endpoint are only good for RMA on
+// to finish. The endpoint is closed whatever Close returns; an error of a
+// flush close says the flush did not complete (one wrapping
+// ucs.ErrConnectionReset: the peer had closed its end or failed). Remote keys unpacked on the endpoint are only good for RMA on
 // it, but belong to its worker: closing them after the endpoint is safe.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 	if ep == nil || ep.res == nil {
@@ -366,6 +368,11 @@ func flushThenForce(ctx context.Context, s *endpointState) error {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return flushTimeout(err, ctx, "the endpoint was then force-closed, which ended its operations in flight")
+	case err != nil && s.c.Error() != 0:
+		// The peer closed or failed during the flush, which UCX then
+		// ended (canceled, say): that failure is the news.
+		return &ucs.Error{Op: closeFlushOp, Err: ucs.Status(s.c.Error()),
+			Reason: "the peer closed its end or failed before the flush completed; the endpoint is closed"}
 	case err != nil:
 		return err
 	}

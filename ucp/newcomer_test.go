@@ -459,6 +459,42 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	assert.NoError(t, req.Wait(waitCtx(t)), "the get completes once the peer progresses")
 }
 
+// TestCloseFlushAfterPeerClosedAndStopped: the client closes its end and
+// its worker is progressed no more (its program moved on); the server
+// then closes its end the natural way. The close ends well within its ctx,
+// whether UCX has reported the client's close yet or not, and says the peer
+// closed (it said its own CloseForce had canceled the flush).
+func TestCloseFlushAfterPeerClosedAndStopped(t *testing.T) {
+	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
+	server, client := twoWorkers(t, ctx)
+	l, err := server.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	runWorker(t, server)
+	run, stop := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); client.Run(run) }()
+	cep, err := client.Connect(l.Addr().String())
+	require.NoError(t, err)
+	sep, err := l.Accept(waitCtx(t))
+	require.NoError(t, err)
+	require.NoError(t, cep.Flush(waitCtx(t)))
+	stop()
+	<-stopped
+	require.NoError(t, cep.Close(waitCtx(t), ucp.CloseFlush))
+
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = sep.Close(cctx, ucp.CloseFlush)
+	t.Logf("server close after %v: %v", time.Since(start), err)
+	if err != nil {
+		assert.ErrorIs(t, err, ucs.ErrConnectionReset)
+		assert.Contains(t, err.Error(), "the peer closed its end")
+	}
+	assert.ErrorIs(t, sep.Flush(waitCtx(t)), ucs.ErrClosed)
+}
+
 // TestForceCloseRightAfterConnect: connect through a listener and, on
 // second thought, force-close at once, 100 times a round, while the server
 // accepts and force-closes its ends; the descriptors stay level. Before

@@ -189,8 +189,9 @@ func outcomeError(op string, st ucs.Status) error {
 	e := &ucs.Error{Op: op, Err: st}
 	if st == ucs.ErrCanceled {
 		// UCX cancels what an endpoint has in flight when it is closed
-		// with force (ucp_ep.c), or closed after it failed.
-		e.Reason = "its endpoint was closed before it completed (CloseForce cancels what is in flight)"
+		// with force (ucp_ep.c), or closed after it failed, and a flush
+		// whose peer closed its end (the transport's flush is canceled).
+		e.Reason = "its endpoint was force-closed, or its peer closed or failed, before it completed"
 	}
 	return e
 }
