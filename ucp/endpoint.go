@@ -260,8 +260,9 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 // CloseForce drops them (see CloseForce). It waits (bounded by ctx) for UCX
 // to finish. The endpoint is closed whatever Close returns; an error of a
 // flush close says the flush did not complete (one wrapping
-// ucs.ErrConnectionReset: the peer had closed its end or failed). Remote keys unpacked on the endpoint are only good for RMA on
-// it, but belong to its worker: closing them after the endpoint is safe.
+// ucs.ErrConnectionReset: the peer had closed its end or failed). Remote
+// keys unpacked on the endpoint are only good for RMA on it, but belong to
+// its worker: closing them after the endpoint is safe.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 	if ep == nil || ep.res == nil {
 		return nil // nothing to close: cleanup code may close what it never got
