@@ -361,8 +361,10 @@ func (w *Worker) signal() {
 // Close closes the worker; its UCX object goes when its endpoints,
 // listeners and requests are done too. A Run, Wait, Listener.Accept or
 // AMQueue.Receive on the worker wakes at once and returns an error wrapping
-// ucs.ErrClosed; requests, flushes and closes in progress go on being
-// progressed until they complete. Nothing else progresses a closed
+// ucs.ErrClosed; requests, flushes and closes in progress (an
+// Endpoint.UnpackRemoteKey or UnpackRegion waiting for its endpoint's
+// wire-up among them) go on being progressed until they complete or their
+// ctx ends. Nothing else progresses a closed
 // worker, so a peer's operation that needs this side (its flush, its get)
 // waits until this side's endpoints are closed or peer error handling
 // gives up on them. Called from an active-message handler, Close marks
