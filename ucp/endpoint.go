@@ -605,10 +605,11 @@ func releaseConn(s *connState) {
 
 // Close stops accepting: the requests pending and any that come later are
 // rejected (as by ConnRequest.Reject, whose doc says what the client sees),
-// but not one AcceptRequest already returned, which its caller
-// answers (dropped unanswered, it is rejected once garbage collected). The port stays bound until the worker is released, since UCX
-// can still deliver a connection it took before the close to the listener
-// (and crashed when that was destroyed).
+// but not one AcceptRequest already returned, which its caller answers
+// (dropped unanswered, it is rejected once garbage collected). The port
+// stays bound until the worker is released, since UCX can still deliver a
+// connection it took before the close to the listener (and crashed when
+// that was destroyed).
 func (l *Listener) Close() error {
 	if l == nil || l.res == nil {
 		return nil // nothing to close: cleanup code may close what it never got
@@ -669,8 +670,8 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 // wrapping ucs.ErrRejected, except on UCX 1.16 and 1.17, where Reject
 // accepts and force-closes the connection (their reject aborted the
 // listener's process on a later connection) and the client's endpoint
-// fails with ucs.ErrNotConnected or ucs.ErrConnectionReset instead. See Accept for a request already
-// answered.
+// fails with ucs.ErrNotConnected or ucs.ErrConnectionReset instead. See
+// Accept for a request already answered.
 func (cr *ConnRequest) Reject() error {
 	const op = "ucp: reject connection"
 	if cr == nil || cr.l == nil {

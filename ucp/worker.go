@@ -364,10 +364,9 @@ func (w *Worker) signal() {
 // ucs.ErrClosed; requests, flushes and closes in progress (an
 // Endpoint.UnpackRemoteKey or UnpackRegion waiting for its endpoint's
 // wire-up among them) go on being progressed until they complete or their
-// ctx ends. Nothing else progresses a closed
-// worker, so a peer's operation that needs this side (its flush, its get)
-// waits until this side's endpoints are closed or peer error handling
-// gives up on them. Called from an active-message handler, Close marks
+// ctx ends. Nothing else progresses a closed worker, so a peer's operation
+// that needs this side (its flush, its get) waits until this side's
+// endpoints are closed or peer error handling gives up on them. Called from an active-message handler, Close marks
 // the worker closed and returns, and finishes once the wait that ran the
 // handler (Run, say) has ended.
 func (w *Worker) Close() error {
