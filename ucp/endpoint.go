@@ -363,16 +363,18 @@ func flushThenForce(ctx context.Context, s *endpointState) error {
 	if err == nil {
 		s.wiring.Store(false) // a completed flush waited for the wire-up
 	}
+	// Read before the force close, which frees the endpoint's C state.
+	peerStatus := s.c.Error()
 	// ctx is done if the flush did not complete: the force close waits no
 	// grace, and cancels what is still in flight.
 	closeErr := closeEndpoint(ctx, s, CloseForce)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return flushTimeout(err, ctx, "the endpoint was then force-closed, which ended its operations in flight")
-	case err != nil && s.c.Error() != 0:
+	case err != nil && peerStatus != 0:
 		// The peer closed or failed during the flush, which UCX then
 		// ended (canceled, say): that failure is the news.
-		return &ucs.Error{Op: closeFlushOp, Err: ucs.Status(s.c.Error()),
+		return &ucs.Error{Op: closeFlushOp, Err: ucs.Status(peerStatus),
 			Reason: "the peer closed its end or failed before the flush completed; the endpoint is closed"}
 	case err != nil:
 		return err
