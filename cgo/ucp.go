@@ -295,8 +295,10 @@ func (w Worker) Accept(c Conn, peerErr bool) (Endpoint, Status) {
 // Close starts ucp_ep_close_nbx (flush, or force).
 func (e Endpoint) Close(force bool) Request { return request(C.ucxgo_ep_close(e.p, boolInt(force))) }
 
-// Free frees the shim's endpoint record once the close completed.
-func (e Endpoint) Free() { C.ucxgo_ep_free(e.p) }
+// Free frees the shim's endpoint record once the close completed, and
+// clears e: a later use of it is a nil dereference, not a read of freed
+// memory.
+func (e *Endpoint) Free() { C.ucxgo_ep_free(e.p); e.p = nil }
 
 // Flush starts an endpoint flush.
 func (e Endpoint) Flush() Request { return request(C.ucxgo_ep_flush(e.p)) }
