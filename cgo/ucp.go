@@ -60,8 +60,9 @@ func Init(features uint64, mtWorkersShared bool, kv []string, name string) (ctx 
 	return ctx, int(failedC), st
 }
 
-// Cleanup destroys the context.
-func (c Context) Cleanup() { C.ucp_cleanup(c.p) }
+// Cleanup destroys the context and clears c: a later use of it is a nil
+// dereference, not a use after free.
+func (c *Context) Cleanup() { C.ucp_cleanup(c.p); c.p = nil }
 
 // Query describes the context.
 func (c Context) Query() (ContextInfo, Status) {
@@ -89,8 +90,9 @@ func (c Context) CreateWorker(threadMode int) (Worker, Status) {
 	return w, st
 }
 
-// Destroy destroys the worker, dropping queued messages.
-func (w Worker) Destroy() { C.ucxgo_worker_destroy(w.p) }
+// Destroy destroys the worker, dropping queued messages, and clears w
+// (a later use of it is a nil dereference, not a use after free).
+func (w *Worker) Destroy() { C.ucxgo_worker_destroy(w.p); w.p = nil }
 
 // MaxAMHeader is the largest active-message header the worker sends.
 func (w Worker) MaxAMHeader() (int, Status) {
@@ -244,8 +246,9 @@ func (w Worker) Listen(addr netip.AddrPort, refuseByClosing bool) (l Listener, b
 // listener stays until Destroy.
 func (l Listener) Close() { C.ucxgo_listener_close(l.p) }
 
-// Destroy destroys the listener and drops pending requests.
-func (l Listener) Destroy() { C.ucxgo_listener_destroy(l.p) }
+// Destroy destroys the listener, dropping pending requests, and clears l
+// (a later use of it is a nil dereference, not a use after free).
+func (l *Listener) Destroy() { C.ucxgo_listener_destroy(l.p); l.p = nil }
 
 // Take pops one pending connection request.
 func (l Listener) Take() (Conn, bool) {
@@ -295,10 +298,8 @@ func (w Worker) Accept(c Conn, peerErr bool) (Endpoint, Status) {
 // Close starts ucp_ep_close_nbx (flush, or force).
 func (e Endpoint) Close(force bool) Request { return request(C.ucxgo_ep_close(e.p, boolInt(force))) }
 
-// Free frees the shim's endpoint record once the close completed, and
-// clears e: a later use of it is a nil dereference, not a read of freed
-// memory.
-func (e *Endpoint) Free() { C.ucxgo_ep_free(e.p); e.p = nil }
+// Free frees the shim's endpoint record once the close completed.
+func (e Endpoint) Free() { C.ucxgo_ep_free(e.p) }
 
 // Flush starts an endpoint flush.
 func (e Endpoint) Flush() Request { return request(C.ucxgo_ep_flush(e.p)) }
@@ -368,8 +369,9 @@ func (e Endpoint) UnpackRemoteKey(buf []byte) (Rkey, Status) {
 	return Rkey{C.ucp_rkey_h(r.handle)}, Status(r.status)
 }
 
-// Destroy destroys the remote key.
-func (r Rkey) Destroy() { C.ucxgo_rkey_destroy(r.p) }
+// Destroy destroys the remote key and clears r: a later use of it is a nil
+// dereference, not a use after free.
+func (r *Rkey) Destroy() { C.ucxgo_rkey_destroy(r.p); r.p = nil }
 
 // RkeyReader unpacks buf on e and destroys it again, reporting whether
 // ucp_rkey_ptr(key, 0) gave a local address and the 8 bytes there.

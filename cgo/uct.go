@@ -82,8 +82,9 @@ func (c Component) OpenMD(name string, kv []string) (md MD, failed int, st Statu
 	return md, int(failedC), st
 }
 
-// Close closes md.
-func (md MD) Close() { C.uct_md_close(md.p) }
+// Close closes md and clears it: a later use of it is a nil dereference,
+// not a use after free.
+func (md *MD) Close() { C.uct_md_close(md.p); md.p = nil }
 
 // MDAttr is the version-independent copy of an MD's attributes.
 type MDAttr struct {

@@ -305,7 +305,12 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 	force := mode == CloseForce || s.c.Error() != 0
 	r := s.c.Close(force)
 	w.mu.Unlock()
-	free := s.c.Free
+	// The state lets go of the endpoint: a later use of s.c is a nil
+	// dereference, not a read of what free releases. free closes over a
+	// copy, not s: a close left to the worker must not keep s.w reachable.
+	c := s.c
+	s.c = cgo.Endpoint{}
+	free := c.Free
 	if r.P == nil {
 		free()
 		if r.St != 0 && !force {

@@ -46,8 +46,8 @@ func releaseWorker(e *engine) {
 	if e.efd != nil {
 		e.efd.Close()
 	}
-	for _, l := range e.listeners {
-		l.Destroy()
+	for i := range e.listeners {
+		e.listeners[i].Destroy()
 	}
 	e.c.Destroy()
 }
