@@ -592,6 +592,73 @@ func forceCloseRightAfterPuts(t *testing.T, wait bool) {
 	}
 }
 
+// TestForceCloseGetToStalledPeer: a get to a peer that does not progress,
+// then CloseForce, which waits its 1 s grace for the get and forces it;
+// then the peer progresses and its reply arrives. A reply after a force
+// close made UCX fail an assertion (flush_ops_count >= 0, in
+// ucp_get_rep_handler) where the close purged the get (see CloseForce);
+// here, without peer error handling UCX does not purge it and it
+// completes, and with peer error handling it ends canceled.
+func TestForceCloseGetToStalledPeer(t *testing.T) {
+	runRounds(t, "TestForceCloseGetToStalledPeerOnce", 1, 1)
+}
+
+func TestForceCloseGetToStalledPeerOnce(t *testing.T) {
+	repeatInChild(t, func(t *testing.T) {
+		for _, c := range []struct {
+			tls     string
+			peerErr bool
+		}{{"tcp", false}, {"tcp", true}, {"posix,sysv,self", false}} {
+			for _, n := range []int{8, 1 << 20} {
+				t.Run(fmt.Sprintf("%s/peerErr=%v/%d", c.tls, c.peerErr, n), func(t *testing.T) {
+					forceCloseGetToStalledPeer(t, c.tls, c.peerErr, n)
+				})
+			}
+		}
+	})
+}
+
+func forceCloseGetToStalledPeer(t *testing.T, tls string, peerErr bool, n int) {
+	ctx := newContext(t, ucp.WithConfig("TLS", tls))
+	server, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer server.Close()
+	client, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer client.Close()
+	runWorker(t, client)
+	saddr, err := server.PackAddress()
+	require.NoError(t, err)
+	ep, err := client.ConnectWorker(saddr, ucp.WithPeerErrorHandling(peerErr))
+	require.NoError(t, err)
+	target, err := ctx.Allocate(n)
+	require.NoError(t, err)
+	defer target.Close()
+	want, err := target.Bytes() // its length may be over n
+	require.NoError(t, err)
+	for i := range want {
+		want[i] = byte(i*7 + 1)
+	}
+	packed, err := target.PackRemoteKey()
+	require.NoError(t, err)
+	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
+	require.NoError(t, err)
+	defer rkey.Close()
+
+	got := make([]byte, n)
+	req, err := ep.Get(got, target.Address(), rkey)
+	require.NoError(t, err)
+	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
+	runWorker(t, server) // the stalled peer wakes up and answers
+	err = req.Wait(waitCtx(t))
+	if peerErr {
+		require.ErrorIs(t, err, ucs.ErrCanceled)
+		return
+	}
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want[:n], got), "the get read what the target holds")
+}
+
 // TestCloseListenerWhileClientsConnect: a server shuts down, closing its
 // listener while four clients connect, flush and force-close in a loop;
 // its accept loop, which stops at the first error, must end with the
