@@ -52,6 +52,18 @@ func newListenerPair(t *testing.T, opts ...ucp.ContextOption) *listenerPair {
 	return p
 }
 
+// unpackOn packs target's key and unpacks it on ep; the key is closed when
+// the test ends.
+func unpackOn(t *testing.T, ep *ucp.Endpoint, target *ucp.Mem) *ucp.RemoteKey {
+	t.Helper()
+	packed, err := target.PackRemoteKey()
+	require.NoError(t, err)
+	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
+	require.NoError(t, err)
+	t.Cleanup(func() { rkey.Close() })
+	return rkey
+}
+
 // TestUnpackRightAfterConnect is the first program a newcomer writes:
 // connect through a listener, unpack the peer's key at once, put, get.
 // UCX bound such a key to the endpoint's configuration of before wire-up
@@ -286,12 +298,7 @@ func TestFlippedBitInWorkerAddress(t *testing.T) {
 
 func flipEveryBitOfKey(t *testing.T, allocPrio string) {
 	ctx := newContext(t, ucp.WithConfig("ALLOC_PRIO", allocPrio))
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	server, client := twoWorkers(t, ctx)
 	runWorker(t, server)
 	addr, err := server.PackAddress()
 	require.NoError(t, err)
@@ -569,11 +576,7 @@ func forceCloseRightAfterPuts(t *testing.T, wait bool) {
 	target, err := p.ctx.Allocate(4096)
 	require.NoError(t, err)
 	defer target.Close()
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := p.cep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	rkey := unpackOn(t, p.cep, target)
 	var reqs []ucp.Request
 	for range 4 {
 		req, err := p.cep.Put(make([]byte, 2000), target.Address(), rkey)
@@ -620,12 +623,7 @@ func TestForceCloseGetToStalledPeerOnce(t *testing.T) {
 
 func forceCloseGetToStalledPeer(t *testing.T, tls string, peerErr bool, n int) {
 	ctx := newContext(t, ucp.WithConfig("TLS", tls))
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer server.Close()
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	server, client := twoWorkers(t, ctx)
 	runWorker(t, client)
 	saddr, err := server.PackAddress()
 	require.NoError(t, err)
@@ -639,11 +637,7 @@ func forceCloseGetToStalledPeer(t *testing.T, tls string, peerErr bool, n int) {
 	for i := range want {
 		want[i] = byte(i*7 + 1)
 	}
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	rkey := unpackOn(t, ep, target)
 
 	got := make([]byte, n)
 	req, err := ep.Get(got, target.Address(), rkey)
