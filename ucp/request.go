@@ -131,7 +131,9 @@ func (p *request) finishLocked() {
 	fl := &p.fl
 	p.live = false
 	handle.Unfinalize(p)
-	p.settleLocked() // before the release: the outcome lives in the UCX request
+	if !p.done { // a Wait or Test may have settled it while another Wait read it
+		p.settleLocked() // before the release: the outcome lives in the UCX request
+	}
 	if fl.gets != nil {
 		fl.gets.remove(fl.c)
 	}
@@ -211,8 +213,9 @@ func (r Request) Wait(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	if p.done {
+		err := p.err // read under the lock: a Wait leaving may still write it
 		p.mu.Unlock()
-		return p.err
+		return err
 	}
 	if p.gone {
 		p.mu.Unlock()

@@ -83,20 +83,23 @@ func TestRequestCopiesShareOneOperation(t *testing.T) {
 		assert.True(t, copied.Done())
 		assert.Equal(t, "01234567", string(buf))
 	}
-	// Waits on copies from many goroutines at once.
-	buf := make([]byte, 16)
-	req, err := s.ep.Get(buf, s.target.Address(), s.rkey)
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func(r ucp.Request) {
-			defer wg.Done()
-			assert.NoError(t, r.Wait(waitCtx(t)))
-		}(req)
+	// Waits on copies from many goroutines at once: the first to see the
+	// outcome returns it while the last still releases the operation.
+	for range 20 {
+		buf := make([]byte, 16)
+		req, err := s.ep.Get(buf, s.target.Address(), s.rkey)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func(r ucp.Request) {
+				defer wg.Done()
+				assert.NoError(t, r.Wait(waitCtx(t)))
+			}(req)
+		}
+		wg.Wait()
+		assert.Equal(t, "0123456789abcdef", string(buf))
 	}
-	wg.Wait()
-	assert.Equal(t, "0123456789abcdef", string(buf))
 }
 
 // A Wait whose ctx ends leaves the operation in flight: Done stays false,
