@@ -131,7 +131,7 @@ func (p *request) finishLocked() {
 	fl := &p.fl
 	p.live = false
 	handle.Unfinalize(p)
-	if !p.done { // a Wait or Test may have settled it while another Wait read it
+	if !p.done { // settled once: a Wait or Test settles it while another Wait reads it
 		p.settleLocked() // before the release: the outcome lives in the UCX request
 	}
 	if fl.gets != nil {
@@ -213,7 +213,7 @@ func (r Request) Wait(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	if p.done {
-		err := p.err // read under the lock: a Wait leaving may still write it
+		err := p.err // read under the lock, like every field of p
 		p.mu.Unlock()
 		return err
 	}
