@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 )
 
 // TestMain doubles as the child process of the two-process tests and fails
@@ -13,5 +14,6 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
+	testproc.Main()
 	os.Exit(leakcheck.Run(m))
 }
