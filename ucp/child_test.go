@@ -1,29 +1,22 @@
 package ucp_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
-
-// The test binary re-executed with childEnv set is the peer process.
-const childEnv = "UCXGO_UCP_TEST_CHILD"
 
 const (
 	amRkey  = 2 // server -> client: header = target address, data = packed rkey
@@ -33,19 +26,13 @@ const (
 
 const childMemSize = 16 << 20
 
-// childRoles are further roles of the child process, by name.
-var childRoles = map[string]func() int{}
+func init() { testproc.Role("server", runChild) }
 
-// runChild is the server: it listens on loopback, prints its port, maps
-// memory filled with a pattern, sends its rkey to the first client, echoes
-// active messages, and progresses until stdin closes.
-func runChild(role string) int {
-	if fn := childRoles[role]; fn != nil {
-		return fn()
-	}
-	if role != "server" {
-		return 2
-	}
+// runChild is the child process of the two-process tests: it listens on
+// loopback, prints its port, maps memory filled with a pattern, sends its
+// rkey to the first client, echoes active messages, and progresses until
+// stdin closes.
+func runChild() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
 	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
 	if err != nil {
@@ -108,32 +95,19 @@ func runChild(role string) int {
 	return 0
 }
 
+// child is a started runChild and the port it listens on.
 type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	port  int
+	*testproc.Proc
+	port int
 }
 
 func startChild(t *testing.T) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=server")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, stdin: stdin}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "child did not print its port")
-	c.port, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "PORT ")))
-	require.NoError(t, err, "child said %q", line)
+	c := &child{Proc: testproc.Start(t, testproc.Spec{Role: "server", Stderr: true})}
+	port := c.WaitLine(t, "PORT ", 60*time.Second)
+	var err error
+	c.port, err = strconv.Atoi(port)
+	require.NoError(t, err, "child said PORT %q", port)
 	return c
 }
 
@@ -240,8 +214,8 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 		if i == 16 {
 			// Operations from here on start after the peer is dead: before,
 			// all 64 once finished before the kill took effect (UCX 1.20.1).
-			require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-			waitDead(t, c.cmd.Process.Pid)
+			require.NoError(t, c.Cmd.Process.Kill())
+			c.WaitDead(t)
 		}
 		var req ucp.Request
 		var err error
@@ -280,23 +254,4 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*timeout)
 	_, err := cl.ep.Get(make([]byte, 8), cl.raddr, cl.rkey)
 	require.Error(t, err, "operations after the failure are refused")
-}
-
-// waitDead waits until process pid has died (a zombie or gone), without
-// reaping it: the child's cleanup does that.
-func waitDead(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		// The state follows the command name in parentheses.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("process %d still alive after SIGKILL", pid)
 }

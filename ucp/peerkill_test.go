@@ -1,7 +1,6 @@
 package ucp_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -9,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -43,7 +41,7 @@ const (
 	streamWindow  = 4 // operations of each kind in flight per side
 )
 
-func init() { childRoles["streamer"] = runStreamer }
+func init() { testproc.Role("streamer", runStreamer) }
 
 // rkeyHeader is the header of an amRkey message: the memory's address.
 func rkeyHeader(m *ucp.Mem) []byte { return binary.LittleEndian.AppendUint64(nil, m.Address()) }
@@ -215,60 +213,15 @@ func runStreamer() int {
 	return fail(<-errs)
 }
 
-type streamer struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{}
-}
-
-func startStreamer(t *testing.T, addr, mode string) *streamer {
+// startStreamer starts runStreamer, connecting to addr, in mode "stream"
+// or "serve".
+func startStreamer(t *testing.T, addr, mode string) *testproc.Proc {
 	t.Helper()
-	s := &streamer{cmd: exec.Command(os.Args[0], "-test.run=^$"), lines: make(chan string, 4), done: make(chan struct{})}
-	s.cmd.Env = append(os.Environ(), childEnv+"=streamer", streamAddrEnv+"="+addr, streamModeEnv+"="+mode)
-	s.cmd.Stderr = os.Stderr
-	var err error
-	s.stdin, err = s.cmd.StdinPipe()
-	require.NoError(t, err)
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	s.cmd.Stdout = w
-	require.NoError(t, s.cmd.Start())
-	w.Close()
-	go func() {
-		defer r.Close()
-		in := bufio.NewScanner(r)
-		for in.Scan() {
-			select {
-			case s.lines <- in.Text():
-			default:
-			}
-		}
-	}()
-	go func() { s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		s.stdin.Close()
-		s.cmd.Process.Kill()
-		<-s.done
+	return testproc.Start(t, testproc.Spec{
+		Role:   "streamer",
+		Env:    []string{streamAddrEnv + "=" + addr, streamModeEnv + "=" + mode},
+		Stderr: true,
 	})
-	return s
-}
-
-func (s *streamer) waitLine(t *testing.T, want string) {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case l := <-s.lines:
-			if l == want {
-				return
-			}
-		case <-s.done:
-			t.Fatalf("streamer exited before printing %q", want)
-		case <-timeout:
-			t.Fatalf("streamer did not print %q in 60 s", want)
-		}
-	}
 }
 
 // streamServer is the test process's side: a listener on its worker,
@@ -357,12 +310,12 @@ func TestPeerKilledWhileStreamingBothWays(t *testing.T) {
 			ends <- end{kind, err, at}
 		}()
 	}
-	child.waitLine(t, "STREAMING")
+	child.WaitLine(t, "STREAMING", 60*time.Second)
 	for done.Load() < 3*streamWindow || srv.received.Load() < 8 {
 		time.Sleep(time.Millisecond)
 	}
 	killed := time.Now()
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, child.Cmd.Process.Kill())
 
 	for range 3 {
 		select {
@@ -389,7 +342,7 @@ func TestPeerKilledWhileStreamingBothWays(t *testing.T) {
 	// A new connection to the same listener and worker works.
 	next := startStreamer(t, srv.l.Addr().String(), "serve")
 	s2 := srv.accept(t)
-	next.waitLine(t, "SERVING")
+	next.WaitLine(t, "SERVING", 60*time.Second)
 	got := make([]byte, 1<<20)
 	req, err := s2.ep.Get(got, s2.raddr, s2.rkey)
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,9 +50,9 @@ const (
 )
 
 func init() {
-	childRoles["prot-target"] = protTarget
-	childRoles["prot-peer"] = protPeer
-	childRoles["prot-self"] = protSelf
+	testproc.Role("prot-target", protTarget)
+	testproc.Role("prot-peer", protPeer)
+	testproc.Role("prot-self", protSelf)
 }
 
 // protTransports are the transports measured, as UCX_TLS names them with
@@ -70,8 +69,8 @@ var protTransports = []struct {
 	{"self", "self", false},
 }
 
-// protResults is where a child writes its result lines: fd 3 (the parent
-// passes a pipe), apart from UCX's output.
+// protResults is where a child writes its result lines: fd 3
+// (testproc.Spec.ResultsFD), apart from UCX's output.
 func protResults() io.Writer { return os.NewFile(3, "results") }
 
 type protRegions struct{ ro, wo *ucp.Mem }
@@ -310,83 +309,32 @@ func buildProtSpy(t *testing.T) string {
 	return out
 }
 
-// protChild is a child process of the probe.
-type protChild struct {
-	role           string
-	cmd            *exec.Cmd
-	results        chan string // lines from fd 3, closed when the child ends
-	stdin          io.WriteCloser
-	stdout, stderr testproc.SyncBuffer // UCX and the spy write here
-	done           chan struct{}
-}
-
-func startProtChild(t *testing.T, role string, env ...string) *protChild {
+// startProtChild starts a child of the probe in role, with env added to
+// its environment; its result lines are those it writes to fd 3.
+func startProtChild(t *testing.T, role string, env ...string) *testproc.Proc {
 	t.Helper()
-	c := &protChild{role: role, cmd: exec.Command(os.Args[0], "-test.run=^$"),
-		results: make(chan string, 16), done: make(chan struct{})}
-	c.cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
-	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	c.cmd.ExtraFiles = []*os.File{w}
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.cmd.Start())
-	w.Close()
-	go func() {
-		defer close(c.results)
-		defer r.Close()
-		in := bufio.NewScanner(r)
-		in.Buffer(nil, 1<<20)
-		for in.Scan() {
-			c.results <- in.Text()
-		}
-	}()
-	go func() { c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.stdin.Close()
-		c.cmd.Process.Kill()
-		<-c.done
-	})
-	return c
+	return testproc.Start(t, testproc.Spec{Role: role, Env: env, ResultsFD: true})
 }
 
-// result is the next result line, or "" once the child has ended.
-func (c *protChild) result(t *testing.T) string {
+// protResult is c's next result line, or "" once c has ended.
+func protResult(t *testing.T, c *testproc.Proc) string {
 	t.Helper()
-	select {
-	case l := <-c.results:
-		return l
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no result from the %s child in 60 s; stderr:\n%s", c.role, c.stderr.String())
-		return ""
-	}
-}
-
-// signal is the signal that killed the child, once it has ended.
-func (c *protChild) signal(t *testing.T) string {
-	select {
-	case <-c.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the %s child did not end in 60 s", c.role)
-	}
-	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return ws.Signal().String()
-	}
-	return ""
+	l, _ := c.NextLine(t, 60*time.Second)
+	return l
 }
 
 // protOutcome is what one transport did.
 type protOutcome struct {
-	put, get         string // "refused: ...", "not enforced: ..."
-	putVia, getVia   string // the transport UCX chose for 64 KiB
-	crash            string // which process a signal killed
-	spy              string // the protection of the target's 64 KiB ucp_mem_map calls
-	results, targetE string // for the log
+	put, get           string // "refused: ...", "not enforced: ..."
+	putVia, getVia     string // the transport UCX chose for 64 KiB
+	crash              string // which process a signal killed
+	spy                string // the protection of the target's 64 KiB ucp_mem_map calls
+	results, targetOut string // for the log
 }
 
-// UCX prints its protocol choices to its log stream; stderr is unbuffered,
-// so nothing is lost when the child exits.
+// UCX prints its protocol choices to its log stream, here stderr (part of
+// the child's Output, as the spy's lines are); stderr is unbuffered, so
+// nothing is lost when the child exits.
 const (
 	protoInfo     = "UCX_PROTO_INFO=y"
 	protoInfoFile = "UCX_LOG_FILE=stderr"
@@ -445,40 +393,40 @@ func sizeOf(s string) int {
 func runProtProbe(t *testing.T, tls, spy string) protOutcome {
 	var o protOutcome
 	var lines []string
-	var target, peer *protChild
+	var target, peer *testproc.Proc
 	if tls == "self" {
 		target = startProtChild(t, "prot-self", "LD_PRELOAD="+spy, protoInfo, protoInfoFile)
 		peer = target
 		for range 3 { // PUT, GET, CHECK
-			lines = append(lines, target.result(t))
+			lines = append(lines, protResult(t, target))
 		}
-		if sig := target.signal(t); sig != "" {
+		if sig := target.Signal(t, 60*time.Second); sig != "" {
 			o.crash = "the process: " + sig
 		}
 	} else {
 		target = startProtChild(t, "prot-target", protTLSEnv+"="+tls, "LD_PRELOAD="+spy)
-		line := target.result(t)
-		require.True(t, strings.HasPrefix(line, "PROT "), "target said %q; stderr:\n%s", line, target.stderr.String())
+		line := protResult(t, target)
+		require.True(t, strings.HasPrefix(line, "PROT "), "target said %q; output:\n%s", line, target.Output())
 		peer = startProtChild(t, "prot-peer", protTLSEnv+"="+tls, protLineEnv+"="+line, protoInfo, protoInfoFile)
-		lines = append(lines, peer.result(t), peer.result(t))
-		if sig := peer.signal(t); sig != "" {
+		lines = append(lines, protResult(t, peer), protResult(t, peer))
+		if sig := peer.Signal(t, 60*time.Second); sig != "" {
 			o.crash = "the peer: " + sig
 		}
-		if _, err := fmt.Fprintln(target.stdin, "check"); err == nil {
-			lines = append(lines, target.result(t))
+		if _, err := fmt.Fprintln(target.Stdin(), "check"); err == nil {
+			lines = append(lines, protResult(t, target))
 		}
-		target.stdin.Close()
-		if sig := target.signal(t); sig != "" {
+		target.CloseStdin()
+		if sig := target.Signal(t, 60*time.Second); sig != "" {
 			o.crash += " the target: " + sig
 		}
 	}
-	o.results, o.targetE = strings.Join(lines, "; "), target.stderr.String()
-	for _, m := range spyLine.FindAllStringSubmatch(target.stderr.String(), -1) {
+	o.results, o.targetOut = strings.Join(lines, "; "), target.Output()
+	for _, m := range spyLine.FindAllStringSubmatch(target.Output(), -1) {
 		if m[1] == strconv.Itoa(protSize) {
 			o.spy = strings.TrimSpace(o.spy + " " + m[2])
 		}
 	}
-	info := peer.stderr.String()
+	info := peer.Output()
 	o.putVia = protoVia(info, "remote memory write by ucp_put", protSize)
 	o.getVia = protoVia(info, "remote memory read by ucp_get", protSize)
 	var putOK bool
@@ -522,7 +470,7 @@ func TestProtectionFlagsPerTransport(t *testing.T) {
 				t.Skipf("needs the %q memory domain; uct.Probe found %v", tr.name, mds)
 			}
 			o := runProtProbe(t, tr.tls, spy)
-			t.Logf("results: %s; put via %s, get via %s; target stderr:\n%s", o.results, o.putVia, o.getVia, o.targetE)
+			t.Logf("results: %s; put via %s, get via %s; target output:\n%s", o.results, o.putVia, o.getVia, o.targetOut)
 			table = append(table, fmt.Sprintf("| %s | %s | %s | %s | %s |", tr.name, o.putVia, o.put, o.getVia, o.get))
 			assert.Empty(t, o.crash, "a child process was killed")
 			assert.Equal(t, fmt.Sprintf("0x%x 0x%x", int(roProt), int(woProt)), o.spy,

@@ -112,6 +112,7 @@ func Run(ctx context.Context, spec Spec) ([]byte, error) {
 type Proc struct {
 	Cmd   *exec.Cmd
 	name  string
+	self  bool // this test binary (a Role or Test), also through a Prefix
 	stdin io.WriteCloser
 	out   SyncBuffer
 
@@ -130,6 +131,7 @@ func Start(t testing.TB, spec Spec) *Proc {
 	t.Helper()
 	p := &Proc{Cmd: spec.command(context.Background()), more: make(chan struct{}), done: make(chan struct{})}
 	p.name = spec.Role
+	p.self = spec.Role != "" || spec.Test != ""
 	if p.name == "" {
 		p.name = spec.Test
 	}
@@ -161,8 +163,18 @@ func Start(t testing.TB, spec Spec) *Proc {
 		t.Fatalf("testproc: start %s: %v", p.name, err)
 	}
 	w.Close()
-	go p.read(r, !spec.ResultsFD)
-	go func() { p.err = p.Cmd.Wait(); close(p.done) }()
+	drained := make(chan struct{})
+	go func() { p.read(r, !spec.ResultsFD); close(drained) }()
+	go func() {
+		p.err = p.Cmd.Wait()
+		// Its last lines are read before Done (the pipe is not the
+		// Cmd's to drain), bounded in case a grandchild holds it open.
+		select {
+		case <-drained:
+		case <-time.After(p.Cmd.WaitDelay):
+		}
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.stdin.Close()
 		p.Cmd.Process.Kill()
@@ -239,14 +251,34 @@ func (p *Proc) WaitLine(t testing.TB, prefix string, timeout time.Duration) stri
 		if time.Now().Before(deadline) {
 			t.Fatalf("%s ended before printing %q:\n%s", p.name, prefix, p.Output())
 		}
-		if p.Cmd.Args[0] == os.Args[0] || strings.HasSuffix(p.Cmd.Path, ".test") {
-			p.Cmd.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-			}
-		}
+		p.quit()
 		t.Fatalf("%s did not print %q in %v:\n%s", p.name, prefix, timeout, p.Output())
+	}
+}
+
+// NextLine returns the next line, or false once the child closed its end
+// and every line was read (as Line does); unlike Line, it fails the test
+// when neither happens within timeout, as WaitLine does.
+func (p *Proc) NextLine(t testing.TB, timeout time.Duration) (string, bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	l, ok := p.Line(timeout)
+	if !ok && !time.Now().Before(deadline) {
+		p.quit()
+		t.Fatalf("%s printed no line in %v:\n%s", p.name, timeout, p.Output())
+	}
+	return l, ok
+}
+
+// quit asks a child of this test binary for its goroutines' stacks
+// (SIGQUIT, which also ends it) and waits a little for them to be printed.
+func (p *Proc) quit() {
+	if p.self || p.Cmd.Args[0] == os.Args[0] || strings.HasSuffix(p.Cmd.Path, ".test") {
+		p.Cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
 	}
 }
 
