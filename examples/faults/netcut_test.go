@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,19 +26,12 @@ import (
 // can check its own goroutines; the exporter is the real program.
 
 const (
-	roleEnv       = "UCXGO_FAULTS_ROLE"
 	netAddrEnv    = "UCXGO_NET_ADDR"
 	netSecretEnv  = "UCXGO_NET_SECRET_FILE"
 	netTimeoutEnv = "UCXGO_NET_TIMEOUT"
 )
 
-func runRole(role string) int {
-	if role == "netclient" {
-		return runNetClient()
-	}
-	fmt.Fprintln(os.Stderr, "unknown role", role)
-	return 2
-}
+func init() { testproc.Role("netclient", runNetClient) }
 
 // childTB collects what leakcheck.Goroutines reports in a child process.
 type childTB struct {
@@ -90,6 +80,8 @@ func (s *netSession) close(mode ucp.CloseMode) {
 // ok or the goroutines the failed connection left; then, after "restored"
 // on stdin, RECONNECTED and what the exporter said of a full write of its
 // own pattern on a new connection; DONE ok (or the goroutines left) once all is closed.
+// Anything else going wrong prints ERROR and the error and ends it (the
+// test's WaitLine then fails with its output).
 func runNetClient() int {
 	fail := func(err error) int { fmt.Println("ERROR", err); return 1 }
 	whole := &childTB{}
@@ -253,102 +245,31 @@ func orOK(s string) string {
 	return strings.ReplaceAll(s, "\n", " | ")
 }
 
-// netClient is the client child, run in a namespace.
-type netClient struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	out   testproc.SyncBuffer
-	done  chan struct{}
-}
-
-func startNetClient(t *testing.T, prefix []string, env ...string) *netClient {
-	t.Helper()
-	argv := append(append([]string{}, prefix...), os.Args[0], "-test.run=^$")
-	c := &netClient{cmd: exec.Command(argv[0], argv[1:]...), lines: make(chan string, 64), done: make(chan struct{})}
-	c.cmd.Env = append(append(os.Environ(), roleEnv+"=netclient"), env...)
-	c.cmd.Stderr = &c.out
-	var err error
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	c.cmd.Stdout = w
-	require.NoError(t, c.cmd.Start())
-	w.Close()
-	go func() {
-		defer close(c.lines)
-		defer r.Close()
-		in := bufio.NewScanner(r)
-		in.Buffer(nil, 1<<20)
-		for in.Scan() {
-			c.out.Write([]byte(in.Text() + "\n"))
-			c.lines <- in.Text()
-		}
-	}()
-	go func() { c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.stdin.Close()
-		c.cmd.Process.Kill()
-		<-c.done
-		if t.Failed() {
-			t.Logf("client output:\n%s", c.out.String())
-		}
-	})
-	return c
-}
-
-// line waits up to timeout for the next line starting with prefix and
-// returns the rest of it.
-func (c *netClient) line(t *testing.T, prefix string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("client ended before printing %s:\n%s", prefix, c.out.String())
-			}
-			if strings.HasPrefix(l, "ERROR") {
-				t.Fatalf("client: %s", l)
-			}
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				return strings.TrimSpace(rest)
-			}
-		case <-deadline:
-			// Its goroutines' stacks say where it is stuck.
-			c.cmd.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-c.done:
-			case <-time.After(5 * time.Second):
-			}
-			t.Fatalf("no %s from the client in %s:\n%s", prefix, timeout, c.out.String())
-		}
-	}
-}
-
 // The network cut mid-transfer: the write in flight ends in an error within
 // the client's configured timeout, the failed connection leaves no
 // goroutine in the client, and once the link is back a new connection from
 // the same client, and a new importer, are served by the same exporter.
 func TestNetworkCutMidTransferAndRestored(t *testing.T) {
 	leakcheck.Goroutines(t)
-	const timeout = 5 * time.Second // the client's bound on each operation
+	// The client's bound on each operation: what the cut waits out, so kept
+	// short (an operation on the veth takes milliseconds).
+	const timeout = 2 * time.Second
 	h := twoHosts(t)
 	s := newSetup(t)
 	s.netns, s.importerNS, s.host = h.execA, h.execB, h.hostA
 	exp := s.exporter(t, "-size", "64")
-	client := startNetClient(t, h.execB, netAddrEnv+"="+strings.TrimSpace(mustRead(t, s.addrFile)),
-		netSecretEnv+"="+s.secret, netTimeoutEnv+"="+timeout.String())
-	client.line(t, "STREAMING", 60*time.Second)
+	client := testproc.Start(t, testproc.Spec{Role: "netclient", Prefix: h.execB, Env: []string{
+		netAddrEnv + "=" + strings.TrimSpace(mustRead(t, s.addrFile)),
+		netSecretEnv + "=" + s.secret, netTimeoutEnv + "=" + timeout.String()}})
+	client.WaitLine(t, "STREAMING", 60*time.Second)
 
 	require.NoError(t, h.setLinkB(false))
 	cut := time.Now()
-	failed := client.line(t, "FAILED", 2*timeout+10*time.Second)
+	failed := client.WaitLine(t, "FAILED", 2*timeout+10*time.Second)
 	took := time.Since(cut)
 	t.Logf("the write in flight failed %s after the cut: %s", took.Round(time.Millisecond), failed)
 	assert.Less(t, took, timeout+5*time.Second, "failure reported within the configured timeout (and scheduling slack)")
-	assert.Equal(t, "ok", client.line(t, "LEFT-AFTER-FAILURE", 30*time.Second), "goroutines the failed connection left in the client")
+	assert.Equal(t, "ok", client.WaitLine(t, "LEFT-AFTER-FAILURE", 30*time.Second), "goroutines the failed connection left in the client")
 
 	require.NoError(t, h.setLinkB(true))
 	restored := time.Now()
@@ -357,20 +278,20 @@ func TestNetworkCutMidTransferAndRestored(t *testing.T) {
 	// old connection reset: they can land after writes made on a new
 	// connection (seen here: the exporter then verified stale bytes). So
 	// the new connection waits for that.
-	exp.waitFor(t, "importer 1 gone")
+	exp.WaitOutput(t, "importer 1 gone", 60*time.Second)
 	t.Logf("the exporter saw the old connection fail %s after the link came back", time.Since(restored).Round(time.Millisecond))
-	_, err := fmt.Fprintln(client.stdin, "restored")
+	_, err := fmt.Fprintln(client.Stdin(), "restored")
 	require.NoError(t, err)
-	assert.Contains(t, client.line(t, "RECONNECTED", 60*time.Second), "verified=true", "the exporter verified a full write on a new connection")
-	assert.Equal(t, "ok", client.line(t, "DONE", 60*time.Second), "goroutines left in the client once all is closed")
+	assert.Contains(t, client.WaitLine(t, "RECONNECTED", 60*time.Second), "verified=true", "the exporter verified a full write on a new connection")
+	assert.Equal(t, "ok", client.WaitLine(t, "DONE", 60*time.Second), "goroutines left in the client once all is closed")
 
 	// A new importer process is served too.
 	imp := s.importer(t)
-	require.Equal(t, 0, imp.wait(t, 120*time.Second), "importer after the cut: %s", imp.out.String())
-	assert.Contains(t, imp.out.String(), "importer: PASS")
+	require.Equal(t, 0, imp.Wait(t, 120*time.Second), "importer after the cut: %s", imp.Output())
+	assert.Contains(t, imp.Output(), "importer: PASS")
 
-	require.NoError(t, exp.cmd.Process.Signal(os.Interrupt))
-	require.Equal(t, 0, exp.wait(t, 60*time.Second), "exporter: %s", exp.out.String())
-	assert.Contains(t, exp.out.String(), "served 3 importer(s), 2 verification(s) passed, 0 failed")
-	t.Logf("exporter output:\n%s", exp.out.String())
+	require.NoError(t, exp.Cmd.Process.Signal(os.Interrupt))
+	require.Equal(t, 0, exp.Wait(t, 60*time.Second), "exporter: %s", exp.Output())
+	assert.Contains(t, exp.Output(), "served 3 importer(s), 2 verification(s) passed, 0 failed")
+	t.Logf("exporter output:\n%s", exp.Output())
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ucxgo/ucx/examples/envelope"
 	"github.com/ucxgo/ucx/examples/internal/demo"
 	"github.com/ucxgo/ucx/internal/leakcheck"
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 )
 
@@ -61,6 +62,7 @@ func TestKeysNotInProgramOutput(t *testing.T) {
 			name = "none"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each fault its own exporter, port and files
 			s := newSetup(t)
 			args := []string{"-size", "1"}
 			if fault != "" {
@@ -68,7 +70,7 @@ func TestKeysNotInProgramOutput(t *testing.T) {
 			}
 			exp := s.exporter(t, args...)
 			first := s.importer(t) // the one a fault is injected into, if any
-			first.wait(t, 60*time.Second)
+			first.Wait(t, 60*time.Second)
 			raw := fetchEnvelope(t, strings.TrimSpace(mustRead(t, s.addrFile)))
 			secret := []byte(mustRead(t, s.secret))
 			env, err := envelope.Open(raw, secret, time.Now())
@@ -78,31 +80,31 @@ func TestKeysNotInProgramOutput(t *testing.T) {
 				// What the exporter sends under this fault (examples/exporter).
 				secrets["invalid descriptor"] = append([]byte{43}, make([]byte, 60)...)
 			}
-			outputs := map[string]*proc{"first importer": first}
+			outputs := map[string]*testproc.Proc{"first importer": first}
 			if fault == "" {
 				outputs["importer with the wrong secret"] = start(t, nil, "importer",
 					"-connect", strings.TrimSpace(mustRead(t, s.addrFile)), "-key", "not the secret", "-timeout", "10s")
-				outputs["importer with the wrong secret"].wait(t, 60*time.Second)
+				outputs["importer with the wrong secret"].Wait(t, 60*time.Second)
 			}
 			if fault == "" {
-				require.Equal(t, 0, first.wait(t, time.Second), "importer: %s", first.out.String())
+				require.Equal(t, 0, first.Wait(t, time.Second), "importer: %s", first.Output())
 			} else {
 				// A good run after a refused one (the first importer wrote
 				// nothing, so the exporter's pattern is intact).
 				good := s.importer(t, "-json")
-				require.Equal(t, 0, good.wait(t, 60*time.Second), "importer after the fault: %s", good.out.String())
+				require.Equal(t, 0, good.Wait(t, 60*time.Second), "importer after the fault: %s", good.Output())
 				outputs["next importer (-json)"] = good
 			}
-			require.NoError(t, exp.cmd.Process.Signal(syscall.SIGTERM))
-			require.Equal(t, 0, exp.wait(t, 60*time.Second))
+			require.NoError(t, exp.Cmd.Process.Signal(syscall.SIGTERM))
+			require.Equal(t, 0, exp.Wait(t, 60*time.Second))
 			outputs["exporter"] = exp
 			for who, p := range outputs {
-				out := p.out.String()
+				out := p.Output()
 				assert.Empty(t, leakcheck.FindExposed(out, secrets), "%s output:\n%s", who, out)
 			}
 			if fault != "" {
-				assert.NotEqual(t, "", first.out.String(), "the refused importer said why")
-				t.Logf("refused importer said: %s", strings.TrimSpace(first.out.String()))
+				assert.NotEqual(t, "", first.Output(), "the refused importer said why")
+				t.Logf("refused importer said: %s", strings.TrimSpace(first.Output()))
 			}
 		})
 	}
