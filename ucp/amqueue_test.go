@@ -21,7 +21,7 @@ const amJobs ucp.AMID = 7
 // A service that waits for work pulls messages from a queue with a ctx,
 // eager and rendezvous alike, in the order they were sent.
 func TestAMQueueReceive(t *testing.T) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	q, err := p.server.OpenAMQueue(amJobs)
 	require.NoError(t, err)
 	defer q.Close()
@@ -30,7 +30,7 @@ func TestAMQueueReceive(t *testing.T) {
 
 	sizes := []int{0, 16, 4096, 1 << 20}
 	for i, n := range sizes {
-		req, err := p.cep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i + 1)}, n), 0)
+		req, err := p.ep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i + 1)}, n), 0)
 		require.NoError(t, err)
 		req.Detach()
 	}
@@ -57,7 +57,7 @@ func TestAMQueueReceive(t *testing.T) {
 // Close wakes a Receive that waits, which then says the queue is closed;
 // a rendezvous message nobody received is dropped, not leaked.
 func TestAMQueueCloseWakesReceive(t *testing.T) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	runWorker(t, p.client)
 	q, err := p.server.OpenAMQueue(amJobs)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestAMQueueCloseWakesReceive(t *testing.T) {
 	// dropped rendezvous data is released to the sender by its progress.
 	runWorker(t, p.server)
 
-	req, err := p.cep.SendAM(amJobs, nil, make([]byte, 1<<20), ucp.AMRndv)
+	req, err := p.ep.SendAM(amJobs, nil, make([]byte, 1<<20), ucp.AMRndv)
 	require.NoError(t, err)
 	m, err := q.Receive(waitCtx(t))
 	require.NoError(t, err)
@@ -127,23 +127,11 @@ func TestAMQueueOwnsItsID(t *testing.T) {
 func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 	base := settleHandles()
 	func() {
-		ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
-		require.NoError(t, err)
-		defer ctx.Close()
-		server, err := ctx.NewWorker()
-		require.NoError(t, err)
-		client, err := ctx.NewWorker()
-		require.NoError(t, err)
-		defer client.Close()
-		run, stop := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- client.Run(run) }()
-		defer func() { stop(); <-ran }()
-		addr, err := server.PackAddress()
-		require.NoError(t, err)
-		ep, err := client.ConnectWorker(addr)
-		require.NoError(t, err)
-		defer closeEP(t, ep)
+		// Closed when this function returns, not when the test ends.
+		var p pair
+		defer p.close()
+		require.NoError(t, p.build(waitCtx(t), pairConfig{tls: "tcp", runClient: true}))
+		server, ep := p.server, p.ep
 
 		q, err := server.OpenAMQueue(amJobs)
 		require.NoError(t, err)
@@ -178,7 +166,7 @@ func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 // over, a data race), eager data can still be received, and rendezvous
 // data not received in the handler is an error to receive later.
 func TestAMHandlerKeepsMessages(t *testing.T) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	runWorker(t, p.client)
 	var mu sync.Mutex
 	var kept []*ucp.AMMessage
@@ -194,7 +182,7 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 		if i == n-1 {
 			flags, size = ucp.AMRndv, 1<<20
 		}
-		req, err := p.cep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i)}, size), flags)
+		req, err := p.ep.SendAM(amJobs, []byte{byte(i)}, bytes.Repeat([]byte{byte(i)}, size), flags)
 		require.NoError(t, err)
 		req.Detach()
 	}
@@ -233,7 +221,7 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 func TestAMOrderWithSeveralProgressors(t *testing.T) {
 	for _, tls := range []string{"posix,sysv,self", "tcp"} {
 		t.Run(tls, func(t *testing.T) {
-			p := newPair(t, tls, tls == "tcp") // the server runs Run
+			p := newPair(t, onTLS(tls), withPeerErr(tls == "tcp"), runServer()) // the server runs Run
 			server, ep := p.server, p.ep
 
 			const handled, queued ucp.AMID = 5, 6
@@ -259,20 +247,7 @@ func TestAMOrderWithSeveralProgressors(t *testing.T) {
 			q, err := server.OpenAMQueue(queued)
 			require.NoError(t, err)
 			defer q.Close()
-			stop := make(chan struct{})
-			progressed := make(chan struct{})
-			go func() { // the second progressor
-				defer close(progressed)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						server.Progress()
-					}
-				}
-			}()
-			defer func() { close(stop); <-progressed }()
+			defer repeat(func() { server.Progress() })() // the second progressor
 
 			send := func(id ucp.AMID, i uint32, data []byte) {
 				req, err := ep.SendAM(id, binary.LittleEndian.AppendUint32(nil, i), data, 0)

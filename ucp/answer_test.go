@@ -18,11 +18,8 @@ import (
 // an error. UCX crashed on it (SIGSEGV in ucp_ep_create, every run on
 // 1.16.0 to 1.23.0~rc1).
 func TestConnRequestAnsweredOnce(t *testing.T) {
-	ctx, _, l := listeningServer(t)
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
-	runWorker(t, client)
+	p := newPair(t, listening(), unconnected(), runClient())
+	client, l := p.client, p.listener
 
 	ep, err := client.Connect(l.Addr().String())
 	require.NoError(t, err)
@@ -78,28 +75,28 @@ func TestConnRequestAnsweredOnce(t *testing.T) {
 // and Get took it and wrote past the peer's mapping (SIGSEGV in 9 of 10
 // runs on 1.18.1) or read before it.
 func TestRegionBoundsHoldForEveryCall(t *testing.T) {
-	p := newListenerPair(t)
-	m, region := servedRegion(t, p, 4096)
+	p := newPair(t, viaListener(), runClient(), runServer())
+	m, region := p.mapRegion(t, 4096)
 	key := region.Key()
 	end := m.Address() + uint64(m.Len())
 
-	_, err := p.cep.Put(make([]byte, 8), end, key)
+	_, err := p.ep.Put(make([]byte, 8), end, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
-	_, err = p.cep.Get(make([]byte, 5), m.Address()-3, key)
+	_, err = p.ep.Get(make([]byte, 5), m.Address()-3, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
 	local, err := p.ctx.Allocate(64)
 	require.NoError(t, err)
 	defer local.Close()
-	_, err = p.cep.PutMem(local, 0, 16, end-8, key)
+	_, err = p.ep.PutMem(local, 0, 16, end-8, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
-	_, err = p.cep.GetMem(local, 0, 16, end-8, key)
+	_, err = p.ep.GetMem(local, 0, 16, end-8, key)
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
 
 	// In range, the same calls work.
-	req, err := p.cep.Put([]byte("in range"), end-8, key)
+	req, err := p.ep.Put([]byte("in range"), end-8, key)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
-	require.NoError(t, p.cep.Flush(waitCtx(t)))
+	require.NoError(t, p.ep.Flush(waitCtx(t)))
 	b, err := m.Bytes()
 	require.NoError(t, err)
 	assert.Equal(t, "in range", string(b[len(b)-8:]))
@@ -120,32 +117,20 @@ func TestLocalRegionOfNilMapping(t *testing.T) {
 // worker runs the old one for arriving messages is safe (the race detector
 // caught dispatch reading the handler unlocked).
 func TestSetAMHandlerWhileDispatching(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	var mu sync.Mutex
 	got := 0
 	h := func(*ucp.AMMessage) { mu.Lock(); got++; mu.Unlock() }
 	require.NoError(t, p.server.SetAMHandler(21, h))
 	runWorker(t, p.server)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				assert.NoError(t, p.server.SetAMHandler(21, h))
-			}
-		}
-	}()
+	stop := repeat(func() { assert.NoError(t, p.server.SetAMHandler(21, h)) })
 	for range 500 {
-		req, err := p.cep.SendAM(21, nil, []byte("x"), 0)
+		req, err := p.ep.SendAM(21, nil, []byte("x"), 0)
 		require.NoError(t, err)
 		req.Detach()
 	}
-	require.NoError(t, p.cep.Flush(waitCtx(t)))
-	close(stop)
-	<-done
+	require.NoError(t, p.ep.Flush(waitCtx(t)))
+	stop()
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got == 500 }, 10*time.Second, time.Millisecond)
 }
 
@@ -153,8 +138,8 @@ func TestSetAMHandlerWhileDispatching(t *testing.T) {
 // every copy's Done is true, even while other Waits on copies are still
 // returning (Done was false in about half of such Waits).
 func TestDoneOnceAnyWaitReturned(t *testing.T) {
-	p := newListenerPair(t)
-	_, region := servedRegion(t, p, 1<<20)
+	p := newPair(t, viaListener(), runClient(), runServer())
+	_, region := p.mapRegion(t, 1<<20)
 	buf := make([]byte, 1<<20)
 	for range 50 {
 		req, err := region.Get(buf, 0)
@@ -176,8 +161,8 @@ func TestDoneOnceAnyWaitReturned(t *testing.T) {
 // TestWriteAtDoneContextWritesNothing: a ctx already done starts no put
 // (the put was sent, and landed, while WriteAtContext reported failure).
 func TestWriteAtDoneContextWritesNothing(t *testing.T) {
-	p := newListenerPair(t)
-	m, region := servedRegion(t, p, 4096)
+	p := newPair(t, viaListener(), runClient(), runServer())
+	m, region := p.mapRegion(t, 4096)
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	n, err := region.WriteAtContext(done, []byte("must not land"), 0)
@@ -194,12 +179,12 @@ func TestWriteAtDoneContextWritesNothing(t *testing.T) {
 // rendezvous message: one takes its data, the others are refused (the race
 // detector caught the unsynchronised flag).
 func TestRendezvousTakenOnce(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	q, err := p.server.OpenAMQueue(7)
 	require.NoError(t, err)
 	defer q.Close()
 	for i := range 20 {
-		req, err := p.cep.SendAM(7, nil, make([]byte, 256<<10), ucp.AMRndv)
+		req, err := p.ep.SendAM(7, nil, make([]byte, 256<<10), ucp.AMRndv)
 		require.NoError(t, err)
 		m, err := q.Receive(waitCtx(t))
 		require.NoError(t, err)
@@ -231,22 +216,6 @@ func TestRendezvousTakenOnce(t *testing.T) {
 	}
 }
 
-// servedRegion is a mapping of n bytes of the pair's server, progressed
-// from now on, and the client's region of it (its key closed at cleanup).
-func servedRegion(t *testing.T, p *listenerPair, n int) (*ucp.Mem, ucp.RemoteRegion) {
-	t.Helper()
-	runWorker(t, p.server)
-	m, err := p.ctx.Allocate(n)
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	packed, err := m.PackRegion()
-	require.NoError(t, err)
-	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
-	require.NoError(t, err)
-	t.Cleanup(func() { region.Key().Close() })
-	return m, region
-}
-
 // TestRegionErrorsNameTheCall: UnpackRegion and LocalRegion fail with
 // their own names, not those of the calls they make.
 func TestRegionErrorsNameTheCall(t *testing.T) {
@@ -272,17 +241,17 @@ func TestRegionErrorsNameTheCall(t *testing.T) {
 // "Invalid parameter", and checks it only when built with parameter
 // checks); a small header still goes.
 func TestSendAMHeaderOverLimit(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	q, err := p.server.OpenAMQueue(3)
 	require.NoError(t, err)
 	defer q.Close()
 	runWorker(t, p.server)
 
-	_, err = p.cep.SendAM(3, make([]byte, 1<<20), nil, 0)
+	_, err = p.ep.SendAM(3, make([]byte, 1<<20), nil, 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Regexp(t, `^ucp: send active message: .*a 1048576-byte header is over the \d+ bytes`, err.Error())
 
-	req, err := p.cep.SendAM(3, []byte("small header"), []byte("data"), 0)
+	req, err := p.ep.SendAM(3, []byte("small header"), []byte("data"), 0)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	m, err := q.Receive(waitCtx(t))
@@ -294,8 +263,8 @@ func TestSendAMHeaderOverLimit(t *testing.T) {
 // SendAM, SetAMHandler and OpenAMQueue with a reason instead of handing UCX
 // a call it was not set up for.
 func TestSendAMWithoutAMFeature(t *testing.T) {
-	p := newListenerPair(t, ucp.WithFeatures(ucp.FeatureRMA))
-	_, err := p.cep.SendAM(3, nil, []byte("data"), 0)
+	p := newPair(t, withContext(ucp.WithFeatures(ucp.FeatureRMA)), viaListener(), runClient())
+	_, err := p.ep.SendAM(3, nil, []byte("data"), 0)
 	require.ErrorIs(t, err, ucs.ErrUnsupported)
 	assert.Contains(t, err.Error(), "FeatureAM")
 	err = p.server.SetAMHandler(3, func(*ucp.AMMessage) {})
@@ -308,20 +277,9 @@ func TestSendAMWithoutAMFeature(t *testing.T) {
 // force-closed ends with ucs.ErrCanceled and says why (it said a bare
 // "Request canceled").
 func TestForceCloseCancelsWithReason(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, client := twoWorkers(t, ctx) // the server is never progressed: the put stays in flight
-	addr, err := server.PackAddress()
-	require.NoError(t, err)
-	ep, err := client.ConnectWorker(addr)
-	require.NoError(t, err)
-	target, err := ctx.Allocate(1 << 20)
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRegion()
-	require.NoError(t, err)
-	region, err := ep.UnpackRegion(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer region.Key().Close()
+	p := newPair(t, onTLS("tcp")) // the server is never progressed: the put stays in flight
+	ep := p.ep
+	_, region := p.mapRegion(t, 1<<20)
 	req, err := region.Put(make([]byte, 1<<20), 0)
 	require.NoError(t, err)
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))

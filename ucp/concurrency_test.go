@@ -117,21 +117,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 		servers[s] = server{w, target, tally}
 		runWorker(t, w)
 		// A second goroutine progresses the server while Run does.
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					w.Progress()
-					runtime.Gosched()
-				}
-			}
-		}()
-		t.Cleanup(func() { close(stop); <-done })
+		t.Cleanup(repeat(func() { w.Progress(); runtime.Gosched() }))
 	}
 
 	type link struct {
@@ -147,12 +133,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 		ep, err := client.ConnectWorker(addr, ucp.WithPeerErrorHandling(peerErr))
 		require.NoError(t, err)
 		t.Cleanup(func() { closeEP(t, ep) })
-		packed, err := srv.target.PackRemoteKey()
-		require.NoError(t, err)
-		rkey, err := ep.UnpackRemoteKey(context.Background(), packed)
-		require.NoError(t, err)
-		t.Cleanup(func() { rkey.Close() })
-		links[i] = link{ep, rkey, srv}
+		links[i] = link{ep, unpackOn(t, ep, srv.target), srv}
 	}
 	local, err := ctx.Allocate(goroutines * slot)
 	require.NoError(t, err)

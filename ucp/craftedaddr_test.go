@@ -34,16 +34,13 @@ type addressSetup struct {
 
 func newAddressSetup(t *testing.T, tls, version string) *addressSetup {
 	s := &addressSetup{name: tls + "/" + version}
-	s.ctx = newContext(t, ucp.WithConfig("TLS", tls), ucp.WithConfig("ADDRESS_VERSION", version))
-	s.server, s.client = twoWorkers(t, s.ctx)
-	runWorker(t, s.server)
+	p := newPair(t, onTLS(tls), withContext(ucp.WithConfig("ADDRESS_VERSION", version)), unconnected(), runServer())
+	s.ctx, s.server, s.client = p.ctx, p.server, p.client
 	addr, err := s.server.PackAddress()
 	require.NoError(t, err)
 	s.raw = addr.UCX()
 	s.peerErr = ucp.WithPeerErrorHandling(tls == "tcp") // shared memory has none
-	mem, err := s.ctx.Allocate(4096)
-	require.NoError(t, err)
-	t.Cleanup(func() { mem.Close() })
+	mem := p.allocate(t, 4096)
 	s.key, err = mem.PackRemoteKey()
 	require.NoError(t, err)
 	s.base = mem.Address()
@@ -267,10 +264,10 @@ func FuzzConnectWorker(f *testing.F) {
 // so nothing can be checked before UCX reads them: ConnectWorker refuses
 // every address, and says why.
 func TestConnectWorkerUnifiedMode(t *testing.T) {
-	server, client := twoWorkers(t, newContext(t, ucp.WithConfig("UNIFIED_MODE", "y")))
-	addr, err := server.PackAddress()
+	p := newPair(t, withContext(ucp.WithConfig("UNIFIED_MODE", "y")), unconnected())
+	addr, err := p.server.PackAddress()
 	require.NoError(t, err)
-	_, err = client.ConnectWorker(addr)
+	_, err = p.client.ConnectWorker(addr)
 	require.ErrorIs(t, err, ucs.ErrUnsupported)
 	assert.Contains(t, err.Error(), "UCX_UNIFIED_MODE=y")
 }

@@ -101,16 +101,16 @@ func TestCraftedKeyParts(t *testing.T) {
 	for _, tls := range []string{"posix,sysv,self", "posix,sysv,self,tcp"} {
 		for _, prio := range []string{"md:posix", "md:sysv"} {
 			t.Run(tls+"/"+prio, func(t *testing.T) {
-				p := newPair(t, tls, false, ucp.WithConfig("ALLOC_PRIO", prio))
+				p := newPair(t, onTLS(tls), withPeerErr(false), withContext(ucp.WithConfig("ALLOC_PRIO", prio)), runServer())
 				unpackCraftedKeys(t, p.ctx, p.ep)
 			})
 		}
 	}
 	// Through a listener the peer's address is never seen by the binding.
 	t.Run("listener/md:posix", func(t *testing.T) {
-		p := newListenerPair(t, ucp.WithConfig("TLS", "posix,sysv,self,tcp"), ucp.WithConfig("ALLOC_PRIO", "md:posix"))
+		p := newPair(t, onTLS("posix,sysv,self,tcp"), withContext(ucp.WithConfig("ALLOC_PRIO", "md:posix")), viaListener(), runClient())
 		runWorker(t, p.server)
-		unpackCraftedKeys(t, p.ctx, p.cep)
+		unpackCraftedKeys(t, p.ctx, p.ep)
 	})
 }
 

@@ -259,8 +259,7 @@ type lcEnv struct {
 
 	packed         []byte // smem's rkey
 	swAddr, cwAddr []byte
-	stopRun        context.CancelFunc
-	runDone        chan error
+	run            *workerRun // the server's, if the plan runs it
 
 	mu    sync.Mutex
 	trace []string // what each step did, printed when the plan fails
@@ -287,22 +286,6 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// progressWhile progresses w from a goroutine until stop is called: setup
-// needs both sides progressed to connect, whatever the plan says later.
-func progressWhile(w *ucp.Worker) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			c, cc := context.WithTimeout(ctx, 5*time.Millisecond)
-			w.Wait(c)
-			cc()
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
 // lcSetup builds the plan's handles and starts its requests. On error, the
 // handles built so far are in e (closeAll closes them).
 func lcSetup(e *lcEnv) (err error) {
@@ -318,15 +301,29 @@ func lcSetup(e *lcEnv) (err error) {
 	case p.connect == "listener":
 		tls = "posix,sysv,self,tcp"
 	}
-	epOpt := ucp.WithPeerErrorHandling(peerErr)
-	if e.ctx, err = ucp.NewContext(ucp.WithConfig("TLS", tls)); err != nil {
-		return wrap("context", err)
+	// Connecting needs both sides progressed: build progresses the workers
+	// the plan does not run while it connects and flushes. A server the
+	// plan never progresses is left alone (no flush) when ConnectWorker
+	// needs no round trip.
+	c := pairConfig{
+		tls:       tls,
+		epOpts:    []ucp.EndpointOption{ucp.WithPeerErrorHandling(peerErr)},
+		connect:   byAddress,
+		listen:    p.has("l"),
+		back:      p.has("sep"),
+		runServer: p.run,
+		flush:     p.connect == "listener" || p.run,
 	}
-	if e.sw, err = e.ctx.NewWorker(); err != nil {
-		return wrap("server worker", err)
+	if p.connect == "listener" {
+		c.connect = byListener
 	}
-	if e.cw, err = e.ctx.NewWorker(); err != nil {
-		return wrap("client worker", err)
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pr pair // not e's: see lcEnv
+	err = pr.build(wctx, c)
+	e.ctx, e.sw, e.cw, e.l, e.cep, e.sep, e.run = pr.ctx, pr.server, pr.client, pr.listener, pr.ep, pr.sep, pr.serverRun
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
 	}
 	// The handler drops the payload (dispatch releases rendezvous data).
 	if err = e.sw.SetAMHandler(lcAM, func(*ucp.AMMessage) {}); err != nil {
@@ -337,65 +334,6 @@ func lcSetup(e *lcEnv) (err error) {
 	}
 	if e.cwAddr, err = e.cw.PackAddress(); err != nil {
 		return wrap("client address", err)
-	}
-	if p.run {
-		run, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		e.stopRun, e.runDone = cancel, done
-		go func(w *ucp.Worker) { done <- w.Run(run) }(e.sw) // not e: see lcEnv
-	}
-
-	// Connecting needs both sides progressed; a server the plan never
-	// progresses is left alone when ConnectWorker needs no round trip.
-	var stops []func()
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}()
-	connect := p.connect == "listener" || p.run
-	if connect {
-		stops = append(stops, progressWhile(e.cw))
-		if !p.run {
-			stops = append(stops, progressWhile(e.sw))
-		}
-	}
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if p.has("l") {
-		if e.l, err = e.sw.Listen("127.0.0.1:0"); err != nil {
-			return wrap("listen", err)
-		}
-	}
-	if p.connect == "listener" {
-		if e.cep, err = e.cw.Connect(e.l.Addr().String(), epOpt); err != nil {
-			return wrap("connect", err)
-		}
-		cr, err := e.l.AcceptRequest(wctx)
-		if err != nil {
-			return wrap("accept", err)
-		}
-		if e.sep, err = cr.Accept(epOpt); err != nil {
-			return wrap("accept endpoint", err)
-		}
-	} else {
-		if e.cep, err = e.cw.ConnectWorker(e.swAddr, epOpt); err != nil {
-			return wrap("client connect address", err)
-		}
-		if p.has("sep") {
-			if e.sep, err = e.sw.ConnectWorker(e.cwAddr, epOpt); err != nil {
-				return wrap("server connect address", err)
-			}
-		}
-	}
-	if connect {
-		for _, ep := range []*ucp.Endpoint{e.cep, e.sep} {
-			if ep != nil {
-				if err = ep.Flush(wctx); err != nil {
-					return wrap("flush endpoint", err)
-				}
-			}
-		}
 	}
 	if p.smem == "reg" {
 		b := lcTarget()
@@ -417,12 +355,8 @@ func lcSetup(e *lcEnv) (err error) {
 			return wrap("map client memory", err)
 		}
 	}
-	// The requests start with nobody progressing the client: they stay in
-	// flight until a step waits for them.
-	for _, stop := range stops {
-		stop()
-	}
-	stops = nil
+	// The requests start with nobody progressing the client (build's
+	// progress ended with it): they stay in flight until a step waits.
 	if p.has("rma") {
 		var req ucp.Request
 		n, raddr := p.rmaSize, e.smem.Address()
@@ -692,8 +626,8 @@ func (e *lcEnv) closeAll() {
 			ep.Close(ctx, ucp.CloseForce)
 		}
 	}
-	if e.stopRun != nil {
-		e.stopRun()
+	if e.run != nil {
+		e.run.cancel()
 	}
 }
 
@@ -781,17 +715,17 @@ func lcRunClosePlan(t *testing.T, p lcPlan) {
 			e.closeAll()
 		}
 	}()
-	if e.runDone != nil {
+	if e.run != nil {
 		select {
-		case err := <-e.runDone:
+		case <-e.run.done:
 			// ErrClosed: the goroutine first ran after the worker was closed.
-			if err != nil {
+			if err := e.run.err; err != nil {
 				assert.ErrorIs(t, err, ucs.ErrClosed, "Run's result once its worker was closed")
 			}
 		case <-time.After(lcStepBound):
 			t.Errorf("HANG: Run did not return after its worker was closed")
 		}
-		e.stopRun()
+		e.run.cancel()
 	}
 	live := waitHandles(base, 5*time.Second)
 	assert.Equal(t, base, live, "LEAK: live handles after every handle was closed (%d more than before)", live-base)
@@ -986,10 +920,10 @@ func lcDropPlan(r *rand.Rand, tls, connect string) lcPlan {
 //go:noinline
 func lcExecuteAndDrop(t *testing.T, p lcPlan) int {
 	e := lcExecute(t, p)
-	if e.stopRun != nil {
-		e.stopRun() // Run holds its worker
+	if e.run != nil {
+		e.run.cancel() // Run holds its worker
 		select {
-		case <-e.runDone:
+		case <-e.run.done:
 		case <-time.After(lcStepBound):
 			t.Fatal("HANG: Run did not return once its ctx was cancelled")
 		}

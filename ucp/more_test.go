@@ -34,13 +34,9 @@ func TestListenerAcceptAndRejectOnce(t *testing.T) {
 }
 
 func listenerAcceptAndReject(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, client := twoWorkers(t, ctx)
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
+	p := newPair(t, onTLS("tcp"), listening(), unconnected(), runClient())
+	server, client, l := p.server, p.client, p.listener
 	require.NotZero(t, l.Addr().Port())
-	runWorker(t, client)
 
 	// What Reject's doc promises the client sees.
 	rejected := []error{ucs.ErrRejected}
@@ -115,7 +111,7 @@ func TestConnectBadAddress(t *testing.T) {
 
 // Many goroutines share one worker and endpoint: the worker serializes them.
 func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
-	p := newPair(t, "posix,sysv,self", false)
+	p := newPair(t, onTLS("posix,sysv,self"), withPeerErr(false), runServer())
 	target, rkey := p.mapTarget(t, 1<<20)
 	tb, err := target.Bytes()
 	require.NoError(t, err)
@@ -165,8 +161,9 @@ func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
 // Closing parents before children is safe: children keep them alive.
 func TestCloseParentsFirst(t *testing.T) {
 	base := ucs.LiveHandles()
-	h := newHandleSet(t)
-	ctx, w, peer, ep, mem, rkey := h.ctx, h.w, h.peer, h.ep, h.mem, h.rkey
+	p := newPair(t, withPeerErr(false))
+	ctx, w, peer, ep := p.ctx, p.client, p.server, p.ep
+	mem, rkey := p.mapTarget(t, 4096)
 
 	require.NoError(t, ctx.Close())
 	require.NoError(t, w.Close())

@@ -17,51 +17,6 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// listenerPair is what a newcomer builds first: one context, a server worker
-// behind a listener, a client worker that connects to it, and the server's
-// end of the connection.
-type listenerPair struct {
-	ctx            *ucp.Context
-	server, client *ucp.Worker
-	listener       *ucp.Listener
-	cep, sep       *ucp.Endpoint
-}
-
-func newListenerPair(t *testing.T, opts ...ucp.ContextOption) *listenerPair {
-	t.Helper()
-	p := &listenerPair{ctx: newContext(t, opts...)}
-	var err error
-	p.server, err = p.ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { p.server.Close() })
-	p.client, err = p.ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { p.client.Close() })
-	p.listener, err = p.server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { p.listener.Close() })
-	runWorker(t, p.client)
-	p.cep, err = p.client.Connect(p.listener.Addr().String())
-	require.NoError(t, err)
-	t.Cleanup(func() { closeEP(t, p.cep) })
-	p.sep, err = p.listener.Accept(waitCtx(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { closeEP(t, p.sep) })
-	return p
-}
-
-// unpackOn packs target's key and unpacks it on ep; the key is closed when
-// the test ends.
-func unpackOn(t *testing.T, ep *ucp.Endpoint, target *ucp.Mem) *ucp.RemoteKey {
-	t.Helper()
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
-	t.Cleanup(func() { rkey.Close() })
-	return rkey
-}
-
 // TestUnpackRightAfterConnect is the first program a newcomer writes:
 // connect through a listener, unpack the peer's key at once, put, get.
 // UCX bound such a key to the endpoint's configuration of before wire-up
@@ -79,23 +34,15 @@ func TestUnpackRightAfterConnectOnce(t *testing.T) {
 }
 
 func unpackRightAfterConnect(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	runWorker(t, p.server)
-	target, err := p.ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-
-	rkey, err := p.cep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	target, rkey := p.mapTarget(t, 4096)
 	want := bytes.Repeat([]byte{0x5a}, 64)
-	req, err := p.cep.Put(want, target.Address(), rkey)
+	req, err := p.ep.Put(want, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	got := make([]byte, len(want))
-	req, err = p.cep.Get(got, target.Address(), rkey)
+	req, err = p.ep.Get(got, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	assert.Equal(t, want, got)
@@ -120,28 +67,10 @@ func TestCloseInNaturalOrderWithUnflushedPutOnce(t *testing.T) {
 }
 
 func closeInNaturalOrder(t *testing.T, peerErr bool) {
-	ctx, err := ucp.NewContext()
-	require.NoError(t, err)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	listener, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	runWorker(t, client)
-	ep, err := client.Connect(listener.Addr().String(), ucp.WithPeerErrorHandling(peerErr))
-	require.NoError(t, err)
-	cr, err := listener.AcceptRequest(waitCtx(t))
-	require.NoError(t, err)
-	sep, err := cr.Accept(ucp.WithPeerErrorHandling(peerErr))
-	require.NoError(t, err)
+	p := newPair(t, viaListener(), withPeerErr(peerErr), runClient())
+	ctx, server, client, listener, ep, sep := p.ctx, p.server, p.client, p.listener, p.ep, p.sep
 	runWorker(t, server)
-	target, err := ctx.Allocate(1 << 16)
-	require.NoError(t, err)
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
+	target, rkey := p.mapTarget(t, 1<<16)
 	req, err := ep.Put(bytes.Repeat([]byte{1}, 1<<16), target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
@@ -193,7 +122,7 @@ func TestAMToWorkerWithoutHandler(t *testing.T) {
 func TestAMToWorkerWithoutHandlerOnce(t *testing.T) {
 	testproc.RepeatInChild(t, func(t *testing.T) {
 		for _, peerErr := range []bool{true, false} { // tcp, shared memory
-			p := newPair(t, "posix,sysv,self,tcp", peerErr)
+			p := newPair(t, onTLS("posix,sysv,self,tcp"), withPeerErr(peerErr), runServer())
 			host, ep := p.server, p.ep
 			// UCX answers a rendezvous message nobody handles with
 			// UCS_ERR_INVALID_PARAM at the sender (every release); an
@@ -231,12 +160,9 @@ func TestAMToWorkerWithoutHandlerOnce(t *testing.T) {
 // reads it; the intact one, and its UCX bytes packed again, connect.
 func TestFlippedBitInWorkerAddress(t *testing.T) {
 	for _, tls := range []string{"posix,sysv,self", "tcp"} {
-		ctx := newContext(t, ucp.WithConfig("TLS", tls))
+		p := newPair(t, onTLS(tls), unconnected())
+		ctx, server, client := p.ctx, p.server, p.client
 		peerErr := ucp.WithPeerErrorHandling(tls == "tcp") // shared memory has none
-		server, err := ctx.NewWorker()
-		require.NoError(t, err)
-		client, err := ctx.NewWorker()
-		require.NoError(t, err)
 		addr, err := server.PackAddress()
 		require.NoError(t, err)
 		for i := range addr {
@@ -269,18 +195,10 @@ func TestFlippedBitInWorkerAddress(t *testing.T) {
 }
 
 func flipEveryBitOfKey(t *testing.T, allocPrio string) {
-	ctx := newContext(t, ucp.WithConfig("ALLOC_PRIO", allocPrio))
-	server, client := twoWorkers(t, ctx)
-	runWorker(t, server)
-	addr, err := server.PackAddress()
-	require.NoError(t, err)
-	ep, err := client.ConnectWorker(addr)
-	require.NoError(t, err)
-	defer closeEP(t, ep)
-	shared, err := ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer shared.Close()
-	registered, err := ctx.Register(make([]byte, 4096))
+	p := newPair(t, withContext(ucp.WithConfig("ALLOC_PRIO", allocPrio)), runServer())
+	ep := p.ep
+	shared := p.allocate(t, 4096)
+	registered, err := p.ctx.Register(make([]byte, 4096))
 	require.NoError(t, err)
 	defer registered.Close()
 	for _, mem := range []*ucp.Mem{shared, registered} {
@@ -358,22 +276,10 @@ func TestCloseWakesAccept(t *testing.T) {
 // to a peer whose worker nobody progresses runs out its ctx waiting for
 // wire-up; the error names the unpack once and says what it waited for.
 func TestUnpackWireupTimeoutNamesUnpack(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, err := ctx.NewWorker()
+	p := newPair(t, onTLS("tcp"), listening(), unconnected()) // nobody progresses the server
+	packed, err := p.allocate(t, 4096).PackRemoteKey()
 	require.NoError(t, err)
-	defer server.Close()
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	mem, err := ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer mem.Close()
-	packed, err := mem.PackRemoteKey()
-	require.NoError(t, err)
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
-	ep, err := client.Connect(l.Addr().String())
+	ep, err := p.client.Connect(p.listener.Addr().String())
 	require.NoError(t, err)
 	defer closeEP(t, ep)
 
@@ -409,20 +315,9 @@ func TestAcceptTimeoutNamesAccept(t *testing.T) {
 // complete; when ctx ends, the error says why and what to do instead
 // (issue 12, item 7: it ran out its ctx with no hint).
 func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, client := twoWorkers(t, ctx) // the server is not progressed until the end
-	addr, err := server.PackAddress()
-	require.NoError(t, err)
-	ep, err := client.ConnectWorker(addr)
-	require.NoError(t, err)
-	target, err := ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRemoteKey(waitCtx(t), packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	p := newPair(t, onTLS("tcp")) // the server is not progressed until the end
+	ep := p.ep
+	target, rkey := p.mapTarget(t, 4096)
 	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)
 	require.NoError(t, err)
 
@@ -434,7 +329,7 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	assert.Contains(t, err.Error(), "the peer did not complete the flush")
 	assert.Contains(t, err.Error(), "CloseForce")
 
-	runWorker(t, server) // the peer answers: the get and the close finish
+	runWorker(t, p.server) // the peer answers: the get and the close finish
 	assert.NoError(t, req.Wait(waitCtx(t)), "the get completes once the peer progresses")
 }
 
@@ -444,28 +339,16 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 // whether UCX has reported the client's close yet or not, and says the peer
 // closed (it said its own CloseForce had canceled the flush).
 func TestCloseFlushAfterPeerClosedAndStopped(t *testing.T) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	server, client := twoWorkers(t, ctx)
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	runWorker(t, server)
-	run, stop := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); client.Run(run) }()
-	cep, err := client.Connect(l.Addr().String())
-	require.NoError(t, err)
-	sep, err := l.Accept(waitCtx(t))
-	require.NoError(t, err)
+	p := newPair(t, onTLS("tcp"), viaListener(), runServer(), runClient())
+	cep, sep := p.ep, p.sep
 	require.NoError(t, cep.Flush(waitCtx(t)))
-	stop()
-	<-stopped
+	p.clientRun.stop()
 	require.NoError(t, cep.Close(waitCtx(t), ucp.CloseFlush))
 
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = sep.Close(cctx, ucp.CloseFlush)
+	err := sep.Close(cctx, ucp.CloseFlush)
 	t.Logf("server close after %v: %v", time.Since(start), err)
 	if err != nil {
 		assert.ErrorIs(t, err, ucs.ErrConnectionReset)
@@ -492,10 +375,8 @@ func TestForceCloseRightAfterConnectOnce(t *testing.T) {
 }
 
 func forceCloseRightAfterConnect(t *testing.T) {
-	ctx, _, l := listeningServer(t)
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
+	p := newPair(t, listening(), unconnected())
+	client, l := p.client, p.listener
 
 	accepting, stop := context.WithCancel(context.Background())
 	accepted := make(chan struct{})
@@ -547,22 +428,19 @@ func TestForceCloseRightAfterPutsOnce(t *testing.T) {
 }
 
 func forceCloseRightAfterPuts(t *testing.T, wait bool) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	runWorker(t, p.server)
-	target, err := p.ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer target.Close()
-	rkey := unpackOn(t, p.cep, target)
+	target, rkey := p.mapTarget(t, 4096)
 	var reqs []ucp.Request
 	for range 4 {
-		req, err := p.cep.Put(make([]byte, 2000), target.Address(), rkey)
+		req, err := p.ep.Put(make([]byte, 2000), target.Address(), rkey)
 		require.NoError(t, err)
 		if wait {
 			require.NoError(t, req.Wait(waitCtx(t)))
 		}
 		reqs = append(reqs, req)
 	}
-	require.NoError(t, p.cep.Close(waitCtx(t), ucp.CloseForce))
+	require.NoError(t, p.ep.Close(waitCtx(t), ucp.CloseForce))
 	for _, req := range reqs {
 		// Done or canceled by the force close: either way it ends.
 		if err := req.Wait(waitCtx(t)); err != nil {
@@ -599,28 +477,20 @@ func TestForceCloseGetToStalledPeerOnce(t *testing.T) {
 }
 
 func forceCloseGetToStalledPeer(t *testing.T, tls string, peerErr bool, n int) {
-	ctx := newContext(t, ucp.WithConfig("TLS", tls))
-	server, client := twoWorkers(t, ctx)
-	runWorker(t, client)
-	saddr, err := server.PackAddress()
-	require.NoError(t, err)
-	ep, err := client.ConnectWorker(saddr, ucp.WithPeerErrorHandling(peerErr))
-	require.NoError(t, err)
-	target, err := ctx.Allocate(n)
-	require.NoError(t, err)
-	defer target.Close()
+	p := newPair(t, onTLS(tls), withPeerErr(peerErr), runClient())
+	ep := p.ep
+	target, rkey := p.mapTarget(t, n)
 	want, err := target.Bytes() // its length may be over n
 	require.NoError(t, err)
 	for i := range want {
 		want[i] = byte(i*7 + 1)
 	}
-	rkey := unpackOn(t, ep, target)
 
 	got := make([]byte, n)
 	req, err := ep.Get(got, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
-	runWorker(t, server) // the stalled peer wakes up and answers
+	runWorker(t, p.server) // the stalled peer wakes up and answers
 	err = req.Wait(waitCtx(t))
 	if peerErr {
 		require.ErrorIs(t, err, ucs.ErrCanceled)
@@ -648,7 +518,8 @@ func TestCloseListenerWhileClientsConnectOnce(t *testing.T) {
 }
 
 func closeListenerWhileClientsConnect(t *testing.T) {
-	ctx, _, l := listeningServer(t)
+	p := newPair(t, listening(), unconnected())
+	ctx, l := p.ctx, p.listener
 	addr := l.Addr().String()
 
 	var eps []*ucp.Endpoint
@@ -702,7 +573,7 @@ func closeListenerWhileClientsConnect(t *testing.T) {
 // handler had returned. Close returns at once, Run ends with ErrClosed,
 // and the worker's methods fail from the handler on.
 func TestWorkerCloseInsideHandler(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	closed := make(chan error, 1)
 	afterClose := make(chan error, 1)
 	require.NoError(t, p.server.SetAMHandler(7, func(*ucp.AMMessage) {
@@ -715,7 +586,7 @@ func TestWorkerCloseInsideHandler(t *testing.T) {
 	ran := make(chan error, 1)
 	server := p.server
 	go func() { ran <- server.Run(running) }()
-	req, err := p.cep.SendAM(7, nil, []byte("done"), 0)
+	req, err := p.ep.SendAM(7, nil, []byte("done"), 0)
 	require.NoError(t, err)
 	defer req.Detach()
 	select {
@@ -738,7 +609,7 @@ func TestWorkerCloseInsideHandler(t *testing.T) {
 // waits for the Run that runs the handler; the handler's call must fail
 // with ErrClosed, not queue behind the close (a deadlock).
 func TestHandlerCallsWorkerDuringClose(t *testing.T) {
-	p := newListenerPair(t)
+	p := newPair(t, viaListener(), runClient())
 	inHandler := make(chan struct{})
 	closeStarted := make(chan struct{})
 	handlerCall := make(chan error, 1)
@@ -756,7 +627,7 @@ func TestHandlerCallsWorkerDuringClose(t *testing.T) {
 		time.AfterFunc(50*time.Millisecond, func() { close(closeStarted) })
 		closed <- server.Close()
 	}()
-	req, err := p.cep.SendAM(7, nil, []byte("x"), 0)
+	req, err := p.ep.SendAM(7, nil, []byte("x"), 0)
 	require.NoError(t, err)
 	defer req.Detach()
 	select {
@@ -815,8 +686,8 @@ func TestOwnerClosesWhilePeerReadsOnce(t *testing.T) {
 }
 
 func ownerClosesWhilePeerReads(t *testing.T) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
-	mem, region := servedRegion(t, p, 1<<16)
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient(), runServer())
+	mem, region := p.mapRegion(t, 1<<16)
 	b, err := mem.Bytes()
 	require.NoError(t, err)
 	copy(b, pattern(len(b), 7))
@@ -844,8 +715,8 @@ func ownerClosesWhilePeerReads(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "other bytes")
 	select {
-	case <-p.cep.Failed():
-		assert.ErrorIs(t, p.cep.Err(), ucs.ErrConnectionReset)
+	case <-p.ep.Failed():
+		assert.ErrorIs(t, p.ep.Err(), ucs.ErrConnectionReset)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the reader's endpoint did not fail after the owner closed")
 	}

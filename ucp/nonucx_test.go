@@ -44,7 +44,8 @@ var nonUCXProbes = map[string][]byte{
 // for it, releases the socket when the client closes, and accepts the next
 // UCX client.
 func TestListenerSurvivesNonUCXClients(t *testing.T) {
-	ctx, server, l := listeningServer(t)
+	p := newPair(t, listening(), unconnected())
+	server, client, l := p.server, p.client, p.listener
 	fdsBefore := openFDs(t)
 
 	for name, probe := range nonUCXProbes {
@@ -67,9 +68,6 @@ func TestListenerSurvivesNonUCXClients(t *testing.T) {
 		return openFDs(t) <= fdsBefore
 	}, 5*time.Second, 10*time.Millisecond, "UCX kept the sockets of closed clients: %d fds, %d before", openFDs(t), fdsBefore)
 
-	client, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer client.Close()
 	runWorker(t, client)
 	cep, err := client.Connect(l.Addr().String())
 	require.NoError(t, err)
@@ -88,7 +86,8 @@ func TestListenerSurvivesNonUCXClients(t *testing.T) {
 // the listener's Close included (measured on 1.18.1 and 1.22.0): the
 // README says so, this test holds it to the worker's Close.
 func TestListenerKeepsLongNonUCXClients(t *testing.T) {
-	_, server, l := listeningServer(t)
+	p := newPair(t, listening(), unconnected())
+	server, l := p.server, p.listener
 	c, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	_, err = c.Write(pattern(64<<10, 3))
@@ -184,21 +183,6 @@ func TestConnectToNonUCXServer(t *testing.T) {
 			assert.True(t, err == nil || errors.Is(err, ucs.ErrConnectionReset), "%v", err)
 		})
 	}
-}
-
-// listeningServer is a context, a server worker and its listener on
-// loopback, closed when the test ends (Close is idempotent: a test may
-// close them sooner).
-func listeningServer(t testing.TB) (*ucp.Context, *ucp.Worker, *ucp.Listener) {
-	t.Helper()
-	ctx := newContext(t)
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { server.Close() })
-	l, err := server.Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	return ctx, server, l
 }
 
 // openFDs counts this process's open file descriptors.

@@ -14,9 +14,9 @@ import (
 // TestListenOnEveryAddress: ":0", as with net.Listen, listens on every
 // IPv4 address at a free port, which a client reaches through loopback.
 func TestListenOnEveryAddress(t *testing.T) {
-	ctx := newContext(t)
-	server, client := twoWorkers(t, ctx)
-	l, err := server.Listen(":0")
+	p := newPair(t, unconnected())
+	client := p.client
+	l, err := p.server.Listen(":0")
 	require.NoError(t, err)
 	defer l.Close()
 	assert.Equal(t, netip.IPv4Unspecified(), l.Addr().Addr())
@@ -100,8 +100,8 @@ func TestConfigNameChecked(t *testing.T) {
 
 // TestListenOnAddressInUse says why.
 func TestListenOnAddressInUse(t *testing.T) {
-	_, w, l := listeningServer(t)
-	_, err := w.Listen(l.Addr().String())
+	p := newPair(t, listening(), unconnected())
+	_, err := p.server.Listen(p.listener.Addr().String())
 	assert.ErrorIs(t, err, ucs.ErrBusy)
 	assert.ErrorContains(t, err, "the address is in use")
 }

@@ -17,7 +17,7 @@ import (
 // packed region at once, and use the peer's memory as an io.ReaderAt /
 // io.WriterAt with offsets, never addresses.
 func TestRemoteRegionReadWriteAt(t *testing.T) {
-	p := newListenerPair(t, ucp.WithConfig("TLS", "tcp"))
+	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	runWorker(t, p.server)
 	target, err := p.ctx.Allocate(1 << 16)
 	require.NoError(t, err)
@@ -25,7 +25,7 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	packed, err := target.PackRegion()
 	require.NoError(t, err)
 
-	region, err := p.cep.UnpackRegion(waitCtx(t), packed)
+	region, err := p.ep.UnpackRegion(waitCtx(t), packed)
 	require.NoError(t, err)
 	key := region.Key()
 	defer key.Close()
@@ -48,7 +48,7 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 
 	// Damaged region bytes are a Go error before UCX sees any.
 	for _, bad := range [][]byte{nil, packed[:10], append([]byte("XXXX"), packed[4:]...)} {
-		_, err := p.cep.UnpackRegion(waitCtx(t), bad)
+		_, err := p.ep.UnpackRegion(waitCtx(t), bad)
 		require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	}
 	// Every single flipped bit is refused by the checksum (a damaged
@@ -58,13 +58,13 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 		for bit := range 8 {
 			flipped := bytes.Clone(packed)
 			flipped[i] ^= 1 << bit
-			_, err := p.cep.UnpackRegion(waitCtx(t), flipped)
+			_, err := p.ep.UnpackRegion(waitCtx(t), flipped)
 			require.ErrorIs(t, err, ucs.ErrInvalidParam, "bit %d of byte %d", bit, i)
 		}
 	}
 	wrapped := bytes.Clone(packed)
 	copy(wrapped[12:20], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	_, err = p.cep.UnpackRegion(waitCtx(t), wrapped)
+	_, err = p.ep.UnpackRegion(waitCtx(t), wrapped)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam, "a length that wraps the address space")
 
 	msg := []byte("hello, remote memory")

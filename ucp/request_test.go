@@ -18,39 +18,18 @@ import (
 // progresses yet: a get over shared memory (emulated with active messages)
 // stays in flight until start.
 type stalled struct {
-	ctx            *ucp.Context
-	client, server *ucp.Worker
-	ep             *ucp.Endpoint
-	target         *ucp.Mem
-	rkey           *ucp.RemoteKey
+	*pair
+	target *ucp.Mem
+	rkey   *ucp.RemoteKey
 }
 
 func newStalled(t *testing.T) *stalled {
 	t.Helper()
-	s := &stalled{ctx: newContext(t, ucp.WithConfig("TLS", "posix,sysv,self"))}
-	var err error
-	s.client, err = s.ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { s.client.Close() })
-	s.server, err = s.ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { s.server.Close() })
-	addr, err := s.server.PackAddress()
-	require.NoError(t, err)
-	s.ep, err = s.client.ConnectWorker(addr, ucp.WithPeerErrorHandling(false))
-	require.NoError(t, err)
-	t.Cleanup(func() { closeEP(t, s.ep) })
-	s.target, err = s.ctx.Allocate(4096)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.target.Close() })
+	s := &stalled{pair: newPair(t, onTLS("posix,sysv,self"), withPeerErr(false))}
+	s.target, s.rkey = s.mapTarget(t, 4096)
 	b, err := s.target.Bytes()
 	require.NoError(t, err)
 	copy(b, "0123456789abcdef")
-	packed, err := s.target.PackRemoteKey()
-	require.NoError(t, err)
-	s.rkey, err = s.ep.UnpackRemoteKey(context.Background(), packed)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.rkey.Close() })
 	return s
 }
 

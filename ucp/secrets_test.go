@@ -23,7 +23,7 @@ import (
 // offsets, field values) without printing it, whole or in part.
 func TestErrorsDoNotShowKeys(t *testing.T) {
 	leakcheck.Goroutines(t)
-	p := newPair(t, "posix,sysv,self", false)
+	p := newPair(t, onTLS("posix,sysv,self"), withPeerErr(false), runServer())
 	target, err := p.ctx.Allocate(64 << 10)
 	require.NoError(t, err)
 	defer target.Close()

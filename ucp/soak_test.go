@@ -78,7 +78,7 @@ func TestSoak(t *testing.T) {
 	// the context's unmap quarantine: a 1 MiB quarantine fills during the
 	// warm-up (500 mappings of 4 KiB), and from then on each cycle unmaps
 	// the oldest. Growth beyond that is a leak.
-	p := newPair(t, "posix,sysv,self", false, ucp.WithUnmapQuarantine(1<<20))
+	p := newPair(t, onTLS("posix,sysv,self"), withPeerErr(false), withContext(ucp.WithUnmapQuarantine(1<<20)), runServer())
 	const size = 4096
 	payload := make([]byte, 64)
 	cycle := func(i int) {

@@ -14,26 +14,6 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-func newContext(t testing.TB, opts ...ucp.ContextOption) *ucp.Context {
-	t.Helper()
-	ctx, err := ucp.NewContext(opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { ctx.Close() })
-	return ctx
-}
-
-// twoWorkers are a server and a client worker of ctx, closed at cleanup.
-func twoWorkers(t testing.TB, ctx *ucp.Context) (server, client *ucp.Worker) {
-	t.Helper()
-	server, err := ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { server.Close() })
-	client, err = ctx.NewWorker()
-	require.NoError(t, err)
-	t.Cleanup(func() { client.Close() })
-	return server, client
-}
-
 // UCX's single thread mode is never safe from Go: NewWorker refuses it,
 // and any value that is not a thread mode.
 func TestWorkerThreadModes(t *testing.T) {
@@ -144,52 +124,46 @@ func TestImportNoMatchingMD(t *testing.T) {
 }
 
 func TestActiveMessages(t *testing.T) {
-	for _, tc := range []struct {
-		name, tls string
-		peerErr   bool
-	}{{"shm", "posix,sysv,self", false}, {"tcp", "tcp", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPair(t, tc.tls, tc.peerErr)
-			type got struct {
-				header, data []byte
-				err          error
+	onEachTransport(t, func(t *testing.T, p *pair) {
+		type got struct {
+			header, data []byte
+			err          error
+		}
+		inbox := make(chan got, 4)
+		require.NoError(t, p.server.SetAMHandler(7, func(m *ucp.AMMessage) {
+			g := got{header: m.Header}
+			buf := make([]byte, m.Len())
+			req, err := m.ReceiveInto(buf)
+			if err != nil {
+				inbox <- got{err: err}
+				return
 			}
-			inbox := make(chan got, 4)
-			require.NoError(t, p.server.SetAMHandler(7, func(m *ucp.AMMessage) {
-				g := got{header: m.Header}
-				buf := make([]byte, m.Len())
-				req, err := m.ReceiveInto(buf)
-				if err != nil {
-					inbox <- got{err: err}
-					return
-				}
-				go func() { // the rendezvous receive completes while the worker runs
-					g.err = req.Wait(context.Background())
-					g.data = buf
-					inbox <- g
-				}()
-			}))
-			defer p.server.ClearAMHandler(7)
-			for _, n := range []int{0, 8, 4 << 10, 1 << 20, 8 << 20} {
-				data := pattern(n, 3)
-				req, err := p.ep.SendAM(7, []byte("hdr"), data, ucp.AMReply)
-				require.NoError(t, err)
-				require.NoError(t, req.Wait(waitCtx(t)))
-				select {
-				case g := <-inbox:
-					require.NoError(t, g.err)
-					assert.Equal(t, []byte("hdr"), g.header)
-					assert.True(t, bytes.Equal(data, g.data), "payload of %d bytes", n)
-				case <-time.After(20 * time.Second):
-					t.Fatalf("active message of %d bytes not delivered", n)
-				}
+			go func() { // the rendezvous receive completes while the worker runs
+				g.err = req.Wait(context.Background())
+				g.data = buf
+				inbox <- g
+			}()
+		}))
+		defer p.server.ClearAMHandler(7)
+		for _, n := range []int{0, 8, 4 << 10, 1 << 20, 8 << 20} {
+			data := pattern(n, 3)
+			req, err := p.ep.SendAM(7, []byte("hdr"), data, ucp.AMReply)
+			require.NoError(t, err)
+			require.NoError(t, req.Wait(waitCtx(t)))
+			select {
+			case g := <-inbox:
+				require.NoError(t, g.err)
+				assert.Equal(t, []byte("hdr"), g.header)
+				assert.True(t, bytes.Equal(data, g.data), "payload of %d bytes", n)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("active message of %d bytes not delivered", n)
 			}
-		})
-	}
+		}
+	})
 }
 
 func TestFlushWorker(t *testing.T) {
-	p := newPair(t, "posix,sysv,self", false)
+	p := newPair(t, onTLS("posix,sysv,self"), withPeerErr(false), runServer())
 	require.NoError(t, p.client.Flush(waitCtx(t)))
 	require.NoError(t, p.ep.Flush(waitCtx(t)))
 }
@@ -203,26 +177,9 @@ func TestWaitHonoursContext(t *testing.T) {
 }
 
 func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
-	ctx := newContext(t, ucp.WithConfig("TLS", "tcp"))
-	client, err := ctx.NewWorker(opts...)
-	require.NoError(t, err)
-	defer client.Close()
-	server, err := ctx.NewWorker() // never progressed
-	require.NoError(t, err)
-	defer server.Close()
-	addr, err := server.PackAddress()
-	require.NoError(t, err)
-	ep, err := client.ConnectWorker(addr)
-	require.NoError(t, err)
-	defer closeEP(t, ep)
-	target, err := ctx.Allocate(4096)
-	require.NoError(t, err)
-	defer target.Close()
-	packed, err := target.PackRemoteKey()
-	require.NoError(t, err)
-	rkey, err := ep.UnpackRemoteKey(context.Background(), packed)
-	require.NoError(t, err)
-	defer rkey.Close()
+	p := newPair(t, onTLS("tcp"), withClientOpts(opts...)) // the server is never progressed
+	client, server, ep := p.client, p.server, p.ep
+	target, rkey := p.mapTarget(t, 4096)
 
 	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)
 	require.NoError(t, err)
@@ -268,21 +225,14 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 // worker or another, refuse it. It belongs to its worker, so it outlives
 // its endpoint and an endpoint's close never waits for it.
 func TestRemoteKeyOnlyOnItsEndpoint(t *testing.T) {
-	p := newPair(t, "posix,sysv,self", false)
+	p := newPair(t, onTLS("posix,sysv,self"), withPeerErr(false), runServer(), connectBack())
 	target, rkey := p.mapTarget(t, 4096)
 
-	caddr, err := p.client.PackAddress()
-	require.NoError(t, err)
-	back, err := p.server.ConnectWorker(caddr, ucp.WithPeerErrorHandling(false))
-	require.NoError(t, err)
-	defer closeEP(t, back)
-	_, err = back.Get(make([]byte, 8), target.Address(), rkey)
+	_, err := p.sep.Get(make([]byte, 8), target.Address(), rkey)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam, "another worker's endpoint")
 	assert.Contains(t, err.Error(), "unpacked on another endpoint")
 
-	saddr, err := p.server.PackAddress()
-	require.NoError(t, err)
-	ep2, err := p.client.ConnectWorker(saddr, ucp.WithPeerErrorHandling(false))
+	ep2, err := p.client.ConnectWorker(p.saddr, ucp.WithPeerErrorHandling(false))
 	require.NoError(t, err)
 	defer closeEP(t, ep2)
 	_, err = ep2.Put(make([]byte, 8), target.Address(), rkey)
@@ -349,8 +299,11 @@ func TestLongSpinDoesNotHoldClose(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	h := newHandleSet(t)
-	ctx, w, peer, ep, mem, packed, rkey, addr := h.ctx, h.w, h.peer, h.ep, h.mem, h.packed, h.rkey, h.addr
+	p := newPair(t, withPeerErr(false))
+	ctx, w, peer, ep, addr := p.ctx, p.client, p.server, p.ep, p.saddr
+	mem, rkey := p.mapTarget(t, 4096)
+	packed, err := mem.PackRemoteKey()
+	require.NoError(t, err)
 	l, err := w.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 
@@ -407,16 +360,10 @@ func TestUseAfterClose(t *testing.T) {
 // AM-emulated RMA transports, an endpoint to another worker is unreachable;
 // the error says why.
 func TestExportedMemhFeatureUnreachableExplained(t *testing.T) {
-	ctx := newContext(t, ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureExportedMemh))
-	a, err := ctx.NewWorker()
+	p := newPair(t, withContext(ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureExportedMemh)), unconnected())
+	addr, err := p.server.PackAddress()
 	require.NoError(t, err)
-	defer a.Close()
-	b, err := ctx.NewWorker()
-	require.NoError(t, err)
-	defer b.Close()
-	addr, err := b.PackAddress()
-	require.NoError(t, err)
-	ep, err := a.ConnectWorker(addr)
+	ep, err := p.client.ConnectWorker(addr)
 	if err == nil {
 		closeEP(t, ep)
 		t.Skip("a native RMA transport reaches the peer here; the UNREACHABLE case needs a machine without one")
