@@ -1,6 +1,7 @@
 # ucx-go. The two commands of the README:
 #   make demo   the main job: exporter and importer round trip on loopback
 #   make test   vet + tests (-race, and again with GOEXPERIMENT=cgocheck2)
+# make stress runs the many-round tests for about STRESS_TIME (default 10m).
 # and make info: UCX versions, memory domains, export capability.
 # Both run natively when pkg-config finds a supported UCX, else inside a
 # cached Debian root filesystem (ci/rootfs.sh); UCX_SUITE=forky picks 1.23.
@@ -16,7 +17,11 @@ HEADERS_HASH := $(shell cat include/ucxgo/*.h | sha256sum | cut -c1-16)
 UCX_VERSION := $(shell pkg-config --modversion ucx 2>/dev/null | tr -c '0-9\n' _)
 export CGO_CFLAGS := -O2 -g -DUCXGO_HEADERS_$(HEADERS_HASH)=1 -DUCXGO_UCX_$(UCX_VERSION)=1
 
-.PHONY: fuzz fuzz-native test info demo bench test-native info-native demo-native bench-native check-guards test-softroce race race-native
+# Go's race runtime sleeps 1 s at the exit of every process by default:
+# tests that run child processes paid it for each.
+export GORACE ?= atexit_sleep_ms=50
+
+.PHONY: stress stress-native fuzz fuzz-native test info demo bench test-native info-native demo-native bench-native check-guards test-softroce race race-native
 
 test:
 	@ci/run.sh test-native
@@ -26,6 +31,17 @@ info:
 
 demo:
 	@ci/run.sh demo-native
+
+# The many-round runs make test leaves out (ci/stress.sh): all 720 close
+# orders, long lifecycle samples, the soak, the child-process round tests
+# and every fuzz target, within about STRESS_TIME.
+STRESS_TIME ?= 10m
+export STRESS_TIME
+stress:
+	@ci/run.sh stress-native
+
+stress-native:
+	FUZZ_TARGETS="$(FUZZ_TARGETS)" ci/stress.sh
 
 # Go versus the C twin, alternately (bench/README.md). BENCH_SHORT=1: a
 # quick run that only proves the benchmarks build and run (CI).
@@ -49,13 +65,22 @@ soak:
 soak-native:
 	UCXGO_SOAK_CYCLES=$(SOAK_CYCLES) $(GO) test -run '^TestSoak$$' -count=1 -v -timeout 60m ./ucp/
 
+# The race and cgocheck2 runs go side by side: most of a run's time is spent
+# waiting on sockets and child processes (one run kept 0.6 of the machine's
+# two cores busy), so together they take little longer than the race run.
+# The cgocheck2 run's output follows the race run's.
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
 	$(GO) vet ./...
-	@echo "== UCX $$(pkg-config --modversion ucx): go test -race"
-	$(GO) test -race $(GOTEST_FLAGS) $(TEST_PKGS)
-	@echo "== UCX $$(pkg-config --modversion ucx): go test with GOEXPERIMENT=cgocheck2"
-	GOEXPERIMENT=cgocheck2 $(GO) test $(GOTEST_FLAGS) $(TEST_PKGS)
+	@echo "== UCX $$(pkg-config --modversion ucx): go test -race, and beside it go test with GOEXPERIMENT=cgocheck2"
+	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
+	GOEXPERIMENT=cgocheck2 $(GO) test $(GOTEST_FLAGS) $(TEST_PKGS) >$$log 2>&1 & pid=$$!; \
+	rc=0; $(GO) test -race $(GOTEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
+	crc=0; wait $$pid || crc=$$?; \
+	echo "== UCX $$(pkg-config --modversion ucx): go test with GOEXPERIMENT=cgocheck2"; cat $$log; \
+	[ $$rc = 0 ] || echo "make test: the -race run failed"; \
+	[ $$crc = 0 ] || echo "make test: the cgocheck2 run failed"; \
+	[ $$rc = 0 ] && [ $$crc = 0 ]
 
 # The race run alone (the release matrix: UCX_RELEASE=V make race TEST_PKGS=...).
 race:

@@ -16,9 +16,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rootfs=$("$root/ci/rootfs.sh" "$suite")
 goroot=$(go env GOROOT)
 gomodcache=$(go env GOMODCACHE)
-# One build cache per suite: Go's cache key does not cover the content of
-# system headers, so objects built against one UCX must not serve the other.
-gocache=$(dirname "$(go env GOCACHE)")/ucx-go-build-$suite${UCX_RELEASE:+-$UCX_RELEASE}
+# One build cache for every suite and release: Go's cache key does not
+# cover the content of system headers, but it does cover CGO_CFLAGS, which
+# name the suite and the release (below), so objects built against one UCX
+# never serve another, while the standard library, the race runtime and
+# the modules are built once.
+gocache=$(dirname "$(go env GOCACHE)")/ucx-go-build
 mkdir -p "$gomodcache" "$gocache"
 releases=()
 if [ "$suite" = trixie ]; then
@@ -81,7 +84,7 @@ fi
 
 # Settings passed through to the command inside, when set.
 for var in GOEXPERIMENT TESTFLAGS GOTEST_FLAGS TEST_PKGS UCX_TLS UCX_NET_DEVICES \
-	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS FUZZTIME UCXGO_NEWCOMER_ROUNDS UCXGO_CLOSE_ORDERS; do
+	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS FUZZTIME STRESS_TIME GORACE UCXGO_STRESS UCXGO_ROUNDS UCXGO_CLOSE_ORDERS; do
 	[ -n "${!var:-}" ] && release_env+=("$var=${!var}")
 done
 
@@ -89,5 +92,5 @@ cd "$root"
 chroot "$rootfs" /usr/bin/env -i \
 	HOME=/root TERM="${TERM:-dumb}" PATH="$goroot/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	GOROOT="$goroot" GOMODCACHE="$gomodcache" GOCACHE="$gocache" GOPROXY=off GOTOOLCHAIN=local \
-	CGO_CFLAGS="${CGO_CFLAGS:-$cgo_cflags}" CI="${CI:-}" "${release_env[@]}" \
+	CGO_CFLAGS="${CGO_CFLAGS:+$CGO_CFLAGS }$cgo_cflags" CI="${CI:-}" "${release_env[@]}" \
 	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"
