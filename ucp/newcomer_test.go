@@ -469,6 +469,7 @@ func TestForceCloseGetToStalledPeerOnce(t *testing.T) {
 		}{{"tcp", false}, {"tcp", true}, {"posix,sysv,self", false}} {
 			for _, n := range []int{8, 1 << 20} {
 				t.Run(fmt.Sprintf("%s/peerErr=%v/%d", c.tls, c.peerErr, n), func(t *testing.T) {
+					t.Parallel() // each waits out the force close's grace
 					forceCloseGetToStalledPeer(t, c.tls, c.peerErr, n)
 				})
 			}

@@ -147,6 +147,7 @@ func TestConnectToNonUCXServer(t *testing.T) {
 		}, false},
 	} {
 		t.Run(serve.name, func(t *testing.T) {
+			t.Parallel() // each waits for its flush to time out
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer ln.Close()
