@@ -2,21 +2,21 @@
 # ci/cross-release.sh: one binary, any supported UCX, from builds against
 # releases other than Debian trixie's (ci/matrix.sh runs the trixie build on
 # every release). Test binaries of packages cgo, uct and ucp are built
-# against the oldest and the newest upstream release (XREL_BUILDS) and run
-# against the other releases' libraries, with nothing but LD_LIBRARY_PATH
-# changed (the soname is libucp.so.0 in every release): cgo and uct against
-# every release, ucp on the pairs of XREL_UCP_PAIRS (build:loaded; the
-# default: newest on oldest and back). Then a program built against Debian
-# trixie's 1.18.1 runs on Debian forky's 1.23.0. Runs as root (root
-# filesystems, see README).
+# against the oldest upstream release (XREL_BUILDS; its declarations differ
+# most from the newest) and run against the other releases' libraries, with
+# nothing but LD_LIBRARY_PATH changed (the soname is libucp.so.0 in every
+# release): cgo and uct against every release, ucp on the pairs of
+# XREL_UCP_PAIRS (build:loaded; the default: oldest on newest). Then a
+# program built against Debian trixie's 1.18.1 runs on Debian forky's
+# 1.23.0. Runs as root (root filesystems, see README).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 oldest=$(ci/release.sh --list | head -n1) newest=$(ci/release.sh --list | tail -n1)
-builds=${XREL_BUILDS:-$oldest $newest}
-pairs=${XREL_UCP_PAIRS:-$newest:$oldest $oldest:$newest}
+builds=${XREL_BUILDS:-$oldest}
+pairs=${XREL_UCP_PAIRS:-$oldest:$newest}
 out=bin/xrel
 
 if [ "${1:-}" = --inside ]; then

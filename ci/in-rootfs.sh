@@ -72,13 +72,14 @@ for v in "${releases[@]}"; do
 done
 
 # Go's build cache does not hash C headers outside a package's directory:
-# key cgo builds on include/ and the suite (the Makefile does the same).
-cgo_cflags="-O2 -g -DUCXGO_HEADERS_$(cat "$root"/include/ucxgo/*.h | sha256sum | cut -c1-16)=1 -DUCXGO_SUITE_$suite=1"
+# key cgo builds on include/ and the UCX release pkg-config finds inside
+# (below), in the very form the Makefile uses, so that a command run here
+# directly and make's targets share what they compiled.
+cgo_cflags="-O2 -g -DUCXGO_HEADERS_$(cat "$root"/include/ucxgo/*.h | sha256sum | cut -c1-16)=1"
 # Without UCX_RELEASE, UCXGO_ROOTFS tells ci/run.sh it is inside; with it,
 # ci/run.sh finds the release through pkg-config as on a user's machine.
 release_env=(UCXGO_ROOTFS="$suite")
 if [ -n "${UCX_RELEASE:-}" ]; then
-	cgo_cflags="$cgo_cflags -DUCXGO_RELEASE_${UCX_RELEASE//./_}=1"
 	release_env=(PKG_CONFIG_PATH="/opt/ucx/$UCX_RELEASE/lib/pkgconfig" LD_LIBRARY_PATH="/opt/ucx/$UCX_RELEASE/lib")
 fi
 
@@ -92,5 +93,6 @@ cd "$root"
 chroot "$rootfs" /usr/bin/env -i \
 	HOME=/root TERM="${TERM:-dumb}" PATH="$goroot/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	GOROOT="$goroot" GOMODCACHE="$gomodcache" GOCACHE="$gocache" GOPROXY=off GOTOOLCHAIN=local \
-	CGO_CFLAGS="${CGO_CFLAGS:+$CGO_CFLAGS }$cgo_cflags" CI="${CI:-}" "${release_env[@]}" \
-	/bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$root" "$@"
+	CGO_CFLAGS="$cgo_cflags" CI="${CI:-}" "${release_env[@]}" \
+	/bin/sh -c 'CGO_CFLAGS="$CGO_CFLAGS -DUCXGO_UCX_$(pkg-config --modversion ucx | tr -c "0-9\n" _)=1" && export CGO_CFLAGS &&
+		cd "$1" && shift && exec "$@"' sh "$root" "$@"

@@ -364,10 +364,10 @@ func TestCloseFlushAfterPeerClosedAndStopped(t *testing.T) {
 // aborted the process (tcp_sockcm_ep.c:416) in 3 of 50 runs of 200 such
 // connections, and in 9 of 60 with a server that did not accept.
 func TestForceCloseRightAfterConnect(t *testing.T) {
-	// 200 connections: the abort (3 in 50 runs of 200) is rarer than make
-	// test can prove cheaply (its 200 would meet it 1 time in 17); make stress
-	// runs rounds of 100 for its budget.
-	testproc.RunRounds(t, "TestForceCloseRightAfterConnectOnce", 2, 1)
+	// 100 connections: the abort (3 in 50 runs of 200) is rarer than make
+	// test can prove cheaply (its 100 would meet it 1 time in 33); make
+	// stress runs rounds of 100 for its budget.
+	testproc.RunRounds(t, "TestForceCloseRightAfterConnectOnce", 1, 1)
 }
 
 func TestForceCloseRightAfterConnectOnce(t *testing.T) {
