@@ -3,10 +3,11 @@
 # STRESS_TIME (a Go duration, default 10m; at least 5m). make test runs each
 # repeated test for the fewest rounds that prove its point; here the same
 # tests run longer, under -race:
-#   1. every one of the 720 close orders, on both transports (about 100 s);
-#   2. the lifecycle tests with 200 random and 20 drop plans per mode, and
-#      TestCraftedWorkerAddress 3 rounds;
-#   3. the soak, 100000 cycles (about 60 s);
+#   1. every one of the 720 close orders, on both transports (about 85 s);
+#   2. the lifecycle tests with one random plan per 3 s of the budget (200
+#      at 10m: about 95 s under -race) and a tenth as many drop plans per
+#      mode, and TestCraftedWorkerAddress 2 rounds (3 from 10m on);
+#   3. the soak, 100000 cycles (about 30 s);
 #   4. each test that repeats rounds in child processes (the newcomer's
 #      first programs, close and connect races) for an equal share of what
 #      is left of half the budget (UCXGO_STRESS);
@@ -27,7 +28,7 @@ seconds() { # a Go duration (90s, 10m, 1h30m) in whole seconds
 	echo $total
 }
 budget=$(seconds "${STRESS_TIME:-10m}")
-[ "$budget" -ge 300 ] || { echo "stress: STRESS_TIME=${STRESS_TIME}: at least 5m (the fixed steps take about 4 minutes)" >&2; exit 2; }
+[ "$budget" -ge 300 ] || { echo "stress: STRESS_TIME=${STRESS_TIME}: at least 5m (the close orders and the soak alone take 2 minutes)" >&2; exit 2; }
 start=$(date +%s)
 step() { echo; echo "=== stress: $* ($(( $(date +%s) - start )) s of ${budget} s)"; }
 race=("$GO" test -race -count=1 -timeout 0)
@@ -44,8 +45,9 @@ quiet() {
 step "1. all 720 close orders, tcp and shared memory"
 quiet '^(---|ok)|orders:' env UCXGO_STRESS=1s "${race[@]}" -run '^TestCloseOrders$' -v ./ucp
 
-step "2. lifecycle plans (200 random, 20 dropped per mode) and crafted worker addresses (3 rounds)"
-UCXGO_LIFECYCLE_SAMPLES=200 UCXGO_ADDRESS_ROUNDS=3 "${race[@]}" -run '^(TestLifecycleRandom|TestLifecycleDropped|TestLifecycleNamed|TestCraftedWorkerAddress)$' ./ucp
+samples=$(( budget / 3 )) addr_rounds=$(( budget >= 600 ? 3 : 2 ))
+step "2. lifecycle plans ($samples random, $(( samples / 10 )) dropped per mode) and crafted worker addresses ($addr_rounds rounds)"
+UCXGO_LIFECYCLE_SAMPLES=$samples UCXGO_ADDRESS_ROUNDS=$addr_rounds "${race[@]}" -run '^(TestLifecycleRandom|TestLifecycleDropped|TestLifecycleNamed|TestCraftedWorkerAddress)$' ./ucp
 
 step "3. soak: 100000 cycles"
 UCXGO_SOAK_CYCLES=100000 "${race[@]}" -run '^TestSoak$' ./ucp

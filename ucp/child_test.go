@@ -28,17 +28,24 @@ const childMemSize = 16 << 20
 
 func init() { testproc.Role("server", runChild) }
 
+// childWorker is a child role's context, over tcp, and its worker; the
+// process's exit releases them.
+func childWorker() (*ucp.Context, *ucp.Worker, error) {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := ctx.NewWorker()
+	return ctx, w, err
+}
+
 // runChild is the child process of the two-process tests: it listens on
 // loopback, prints its port, maps memory filled with a pattern, sends its
 // rkey to the first client, echoes active messages, and progresses until
 // stdin closes.
 func runChild() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
-	if err != nil {
-		return fail(err)
-	}
-	w, err := ctx.NewWorker()
+	ctx, w, err := childWorker()
 	if err != nil {
 		return fail(err)
 	}

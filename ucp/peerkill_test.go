@@ -141,11 +141,7 @@ func stream(s *streamSide, kind string, timeout time.Duration, stop <-chan struc
 // or (mode "serve") only serves until stdin closes.
 func runStreamer() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "streamer:", err); return 1 }
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "tcp"))
-	if err != nil {
-		return fail(err)
-	}
-	w, err := ctx.NewWorker()
+	ctx, w, err := childWorker()
 	if err != nil {
 		return fail(err)
 	}
