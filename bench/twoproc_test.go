@@ -1,7 +1,7 @@
 package bench
 
 // Two-process benchmarks: the benchmark process is the client; its peer is
-// this test binary run again with peerEnv set (TestMain), as the C twin
+// this test binary run again as the role "peer" (testproc), as the C twin
 // runs itself. Worker addresses and the remote key go through the peer's
 // stdin and stdout; the peer exits when its stdin closes.
 
@@ -12,20 +12,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 )
 
 const (
-	peerEnv    = "UCXGO_BENCH_PEER" // set to the UCX_TLS value: run as the peer
-	peerCPUEnv = "BENCH_PEER_CPU"   // set by run.sh: the core the peer runs on
-	amID       = 1                  // the echo handler's id, both sides
-	warmup     = 16                 // untimed operations: wire-up completes before the loop
+	peerTLSEnv = "UCXGO_BENCH_PEER_TLS" // the peer's UCX_TLS value
+	peerCPUEnv = "BENCH_PEER_CPU"       // set by run.sh: the core the peer runs on
+	amID       = 1                      // the echo handler's id, both sides
+	warmup     = 16                     // untimed operations: wire-up completes before the loop
 )
 
 // The transports of the two-process rows: shared memory between the two
@@ -35,14 +35,18 @@ const (
 	tlsTCP = "tcp"
 )
 
-func TestMain(m *testing.M) {
-	if tls := os.Getenv(peerEnv); tls != "" {
-		if err := runPeer(tls, os.Stdin, os.Stdout); err != nil {
+func init() {
+	testproc.Role("peer", func() int {
+		if err := runPeer(os.Getenv(peerTLSEnv), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "bench peer:", err)
-			os.Exit(1)
+			return 1
 		}
-		os.Exit(0)
-	}
+		return 0
+	})
+}
+
+func TestMain(m *testing.M) {
+	testproc.Main()
 	os.Exit(m.Run())
 }
 
@@ -159,45 +163,17 @@ type remote struct {
 }
 
 func newRemote(b *testing.B, tls string) *remote {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	spec := testproc.Spec{Role: "peer", Env: []string{peerTLSEnv + "=" + tls}, Stderr: true}
 	if cpu := os.Getenv(peerCPUEnv); cpu != "" { // run.sh: the peer on its own core
-		cmd = exec.Command("taskset", "-c", cpu, exe, "-test.run=^$", "-test.bench=^$")
+		spec.Prefix = []string{"taskset", "-c", cpu}
 	}
-	cmd.Env = append(os.Environ(), peerEnv+"="+tls)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	b.Cleanup(func() {
-		stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(nil, 1<<20)
+	peer := testproc.Start(b, spec)
 	line := func() string {
-		if !lines.Scan() {
-			b.Fatalf("peer ended early: %v", lines.Err())
+		l, ok := peer.NextLine(b, time.Minute)
+		if !ok {
+			b.Fatalf("peer ended early:\n%s", peer.Output())
 		}
-		return lines.Text()
+		return l
 	}
 	f := strings.Fields(line())
 	if len(f) != 3 {
@@ -235,7 +211,7 @@ func newRemote(b *testing.B, tls string) *remote {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fmt.Fprintf(stdin, "%x\n", addr)
+	fmt.Fprintf(peer.Stdin(), "%x\n", addr)
 	if s := line(); s != "ready" {
 		b.Fatalf("peer said %q", s)
 	}

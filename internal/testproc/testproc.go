@@ -77,12 +77,16 @@ type Spec struct {
 const exitSleep = "atexit_sleep_ms=50"
 
 func (s Spec) command(ctx context.Context) *exec.Cmd {
+	self, err := os.Executable() // the path of this binary, whatever the working folder
+	if err != nil {
+		self = os.Args[0]
+	}
 	var argv []string
 	switch {
 	case s.Role != "":
-		argv = []string{os.Args[0], "-test.run=^$"}
+		argv = []string{self, "-test.run=^$"}
 	case s.Test != "":
-		argv = []string{os.Args[0], "-test.run=^" + s.Test + "$", "-test.count=1", "-test.v", "-test.timeout=0"}
+		argv = []string{self, "-test.run=^" + s.Test + "$", "-test.count=1", "-test.v", "-test.timeout=0"}
 	default:
 		argv = s.Argv
 	}
@@ -273,7 +277,7 @@ func (p *Proc) NextLine(t testing.TB, timeout time.Duration) (string, bool) {
 // quit asks a child of this test binary for its goroutines' stacks
 // (SIGQUIT, which also ends it) and waits a little for them to be printed.
 func (p *Proc) quit() {
-	if p.self || p.Cmd.Args[0] == os.Args[0] || strings.HasSuffix(p.Cmd.Path, ".test") {
+	if p.self || strings.HasSuffix(p.Cmd.Path, ".test") {
 		p.Cmd.Process.Signal(syscall.SIGQUIT)
 		select {
 		case <-p.done:
