@@ -1,14 +1,14 @@
 # ucx-go. The two commands of the README:
 #   make demo   the main job: exporter and importer round trip on loopback
-#   make test   vet + tests (-race, and again with GOEXPERIMENT=cgocheck2)
-# make stress runs the many-round tests for about STRESS_TIME (default 10m).
-# and make info: UCX versions, memory domains, export capability.
+#   make test   vet + tests (-race, and beside it GOEXPERIMENT=cgocheck2)
+# and make info: UCX versions, memory domains, export capability; make
+# stress: the many-round tests for about STRESS_TIME (default 10m).
 # Both run natively when pkg-config finds a supported UCX, else inside a
 # cached Debian root filesystem (ci/rootfs.sh); UCX_SUITE=forky picks 1.23.
 
 GO ?= go
 GOTEST_FLAGS ?= -count=1 -timeout 20m
-# The packages make test runs (the release matrix runs ./cgo ./uct ./ucp).
+# The packages make test runs.
 TEST_PKGS ?= ./...
 
 # Go's build cache does not hash C headers outside a package's directory:
@@ -68,13 +68,16 @@ soak-native:
 # The race and cgocheck2 runs go side by side: most of a run's time is spent
 # waiting on sockets and child processes (one run kept 0.6 of the machine's
 # two cores busy), so together they take little longer than the race run.
-# The cgocheck2 run's output follows the race run's.
+# The cgocheck2 run's output follows the race run's. It runs in a session
+# of its own (a background job of a script ignores Ctrl-C), ended with the
+# recipe if the recipe is interrupted.
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
 	$(GO) vet ./...
 	@echo "== UCX $$(pkg-config --modversion ucx): go test -race, and beside it go test with GOEXPERIMENT=cgocheck2"
-	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
-	GOEXPERIMENT=cgocheck2 $(GO) test $(GOTEST_FLAGS) $(TEST_PKGS) >$$log 2>&1 & pid=$$!; \
+	@log=$$(mktemp); pid=; \
+	trap 'rm -f $$log' EXIT; trap '[ -z "$$pid" ] || kill -TERM -- -$$pid 2>/dev/null; exit 130' INT TERM; \
+	GOEXPERIMENT=cgocheck2 setsid $(GO) test $(GOTEST_FLAGS) $(TEST_PKGS) >$$log 2>&1 & pid=$$!; \
 	rc=0; $(GO) test -race $(GOTEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
 	crc=0; wait $$pid || crc=$$?; \
 	echo "== UCX $$(pkg-config --modversion ucx): go test with GOEXPERIMENT=cgocheck2"; cat $$log; \
@@ -82,7 +85,7 @@ test-native:
 	[ $$crc = 0 ] || echo "make test: the cgocheck2 run failed"; \
 	[ $$rc = 0 ] && [ $$crc = 0 ]
 
-# The race run alone (the release matrix: UCX_RELEASE=V make race TEST_PKGS=...).
+# The race run alone (UCX_RELEASE=V make race TEST_PKGS=./ucp: one package on one release).
 race:
 	@ci/run.sh race-native
 

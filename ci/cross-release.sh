@@ -52,7 +52,8 @@ if [ "${1:-}" = --inside ]; then
 	exit $fail
 fi
 
-for b in $(echo "$builds" "$pairs" | tr ' :' '\n\n' | sort -u); do
+# The builds, and the build side of each pair.
+for b in $( (printf '%s\n' $builds; for p in $pairs; do echo "${p%%:*}"; done) | sort -u); do
 	[ -n "$b" ] || continue
 	mkdir -p "$out/$b"
 	echo "== building the cgo, uct and ucp test binaries against UCX $b"

@@ -413,7 +413,8 @@ func forceCloseRightAfterConnect(t *testing.T) {
 // local completion or not) and force-close at once. UCX 1.18.1 once
 // aborted the server about 1 run in 3 (ucs_fatal "Endpoint timeout" in
 // ucp_put_handler: the acknowledgement went to the closed endpoint); see
-// the README's known issues. UCXGO_ROUNDS=20 is the measured run.
+// the README's known issues. UCXGO_ROUNDS=40 repeats the measured run
+// (800 force closes).
 func TestForceCloseRightAfterPuts(t *testing.T) {
 	// 10 runs: an abort one run in 3 would pass them all 1 time in 60.
 	testproc.RunRounds(t, "TestForceCloseRightAfterPutsOnce", 1, 10)

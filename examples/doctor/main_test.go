@@ -3,31 +3,30 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
 )
 
-// The test binary doubles as the doctor when re-executed with this variable.
+// The test binary doubles as the doctor: its role "doctor" runs main.
+func init() {
+	testproc.Role("doctor", func() int { main(); return 0 })
+}
+
 func TestMain(m *testing.M) {
-	if os.Getenv("UCXGO_RUN_DOCTOR") == "1" {
-		main()
-		os.Exit(0)
-	}
+	testproc.Main()
 	os.Exit(m.Run())
 }
 
 func runDoctor(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "UCXGO_RUN_DOCTOR=1")
-	out, err := cmd.CombinedOutput()
+	out, err := testproc.Run(t.Context(), testproc.Spec{Role: "doctor", Args: args})
 	require.NoError(t, err, "doctor failed:\n%s", out)
 	return string(out)
 }

@@ -57,6 +57,7 @@ func Main() {
 // or another program.
 type Spec struct {
 	Role string   // this test binary as the role registered under that name
+	Args []string // a role's own command-line arguments
 	Test string   // or this test binary's test of that name (-test.run ^Test$ -test.v)
 	Argv []string // or this program and its arguments
 	// Prefix runs the command through another (ip netns exec NAME).
@@ -76,6 +77,29 @@ type Spec struct {
 // which made each child round cost a second doing nothing.
 const exitSleep = "atexit_sleep_ms=50"
 
+// childEnv is this process's environment for a child: a role or a round
+// of this process is not inherited (a role's own child is not that role),
+// and the race runtime's exit sleep is short unless GORACE sets it.
+func childEnv() []string {
+	var env []string
+	gorace := ""
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		switch name {
+		case RoleEnv, itersEnv:
+			continue
+		case "GORACE":
+			gorace = value
+			continue
+		}
+		env = append(env, kv)
+	}
+	if !strings.Contains(gorace, "atexit_sleep_ms") {
+		gorace = strings.TrimSpace(gorace + " " + exitSleep)
+	}
+	return append(env, "GORACE="+gorace)
+}
+
 func (s Spec) command(ctx context.Context) *exec.Cmd {
 	self, err := os.Executable() // the path of this binary, whatever the working folder
 	if err != nil {
@@ -84,7 +108,7 @@ func (s Spec) command(ctx context.Context) *exec.Cmd {
 	var argv []string
 	switch {
 	case s.Role != "":
-		argv = []string{self, "-test.run=^$"}
+		argv = append([]string{self, "-test.run=^$"}, s.Args...)
 	case s.Test != "":
 		argv = []string{self, "-test.run=^" + s.Test + "$", "-test.count=1", "-test.v", "-test.timeout=0"}
 	default:
@@ -92,27 +116,30 @@ func (s Spec) command(ctx context.Context) *exec.Cmd {
 	}
 	argv = append(append([]string{}, s.Prefix...), argv...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = os.Environ()
-	if os.Getenv("GORACE") == "" {
-		cmd.Env = append(cmd.Env, "GORACE="+exitSleep)
-	}
+	cmd.Env = childEnv()
 	if s.Role != "" {
 		cmd.Env = append(cmd.Env, RoleEnv+"="+s.Role)
 	}
 	cmd.Env = append(cmd.Env, s.Env...)
+	// A child still running when ctx ends is asked for its goroutines'
+	// stacks (a Go program prints them on SIGQUIT and exits); SIGKILL
+	// follows if it has not ended WaitDelay later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
 // Run runs spec to its end and returns what it printed (stdout and stderr
-// together); ctx's end kills it.
+// together); when ctx ends first, the child is sent SIGQUIT (a Go child
+// prints its goroutines' stacks), then SIGKILL 5 s later.
 func Run(ctx context.Context, spec Spec) ([]byte, error) {
 	return spec.command(ctx).CombinedOutput()
 }
 
 // Proc is a started child process. Its lines (stdout, or file descriptor 3
-// with ResultsFD) are kept in order for Line and WaitLine; everything it
-// printed is in Output.
+// with ResultsFD) are kept in order for Line, NextLine and WaitLine; what it
+// printed on stdout and stderr is in Output (result lines on file
+// descriptor 3 are not).
 type Proc struct {
 	Cmd   *exec.Cmd
 	name  string
@@ -172,10 +199,12 @@ func Start(t testing.TB, spec Spec) *Proc {
 	go func() {
 		p.err = p.Cmd.Wait()
 		// Its last lines are read before Done (the pipe is not the
-		// Cmd's to drain), bounded in case a grandchild holds it open.
+		// Cmd's to drain), bounded in case a grandchild holds it open:
+		// then the pipe is closed, which ends the reader.
 		select {
 		case <-drained:
 		case <-time.After(p.Cmd.WaitDelay):
+			r.Close()
 		}
 		close(p.done)
 	}()
@@ -347,9 +376,9 @@ func (p *Proc) Signal(t testing.TB, timeout time.Duration) string {
 	return ""
 }
 
-// WaitDead waits until the child has died (a zombie or gone) without
-// reaping it, for a test that must know a SIGKILL took effect before it
-// goes on.
+// WaitDead waits until the child has died (a zombie, or already waited
+// for), for a test that must know a SIGKILL took effect before it goes on;
+// it fails the test after 10 s.
 func (p *Proc) WaitDead(t testing.TB) {
 	t.Helper()
 	pid := p.Pid()
