@@ -70,17 +70,24 @@ soak-native:
 # two cores busy), so together they take little longer than the race run.
 # The cgocheck2 run's output follows the race run's. It runs in a session
 # of its own (a background job of a script ignores Ctrl-C), ended with the
-# recipe if the recipe is interrupted.
+# recipe if the recipe is interrupted. The packages that run the example
+# programs against each other (SERIAL_PKGS) run under cgocheck2 after the
+# race run instead of beside it: two of their runs side by side were met
+# by an unexplained 10 s stall of a tcp get (docs/test-time.md).
+SERIAL_PKGS ?= ./examples/faults
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
 	$(GO) vet ./...
 	@echo "== UCX $$(pkg-config --modversion ucx): go test -race, and beside it go test with GOEXPERIMENT=cgocheck2"
 	@log=$$(mktemp); pid=; \
 	trap 'rm -f $$log' EXIT; trap '[ -z "$$pid" ] || kill -TERM -- -$$pid 2>/dev/null; exit 130' INT TERM; \
-	GOEXPERIMENT=cgocheck2 setsid $(GO) test $(GOTEST_FLAGS) $(TEST_PKGS) >$$log 2>&1 & pid=$$!; \
+	pkgs=$$($(GO) list $(TEST_PKGS) | grep -vxF "$$($(GO) list $(SERIAL_PKGS) 2>/dev/null)" | tr '\n' ' '); \
+	GOEXPERIMENT=cgocheck2 setsid $(GO) test $(GOTEST_FLAGS) $$pkgs >$$log 2>&1 & pid=$$!; \
 	rc=0; $(GO) test -race $(GOTEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
-	crc=0; wait $$pid || crc=$$?; \
+	crc=0; wait $$pid || crc=$$?; pid=; \
 	echo "== UCX $$(pkg-config --modversion ucx): go test with GOEXPERIMENT=cgocheck2"; cat $$log; \
+	serial=$$($(GO) list $(TEST_PKGS) | grep -xF "$$($(GO) list $(SERIAL_PKGS) 2>/dev/null)" | tr '\n' ' '); \
+	[ -z "$$serial" ] || GOEXPERIMENT=cgocheck2 $(GO) test $(GOTEST_FLAGS) $$serial || crc=$$?; \
 	[ $$rc = 0 ] || echo "make test: the -race run failed"; \
 	[ $$crc = 0 ] || echo "make test: the cgocheck2 run failed"; \
 	[ $$rc = 0 ] && [ $$crc = 0 ]
