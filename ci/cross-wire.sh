@@ -6,7 +6,7 @@
 # through a listener, active messages (the envelope), rkey pack and unpack,
 # put and get, verified on both sides. Prints one line per pair and a
 # matrix; fails when a pair ends other than as measured on 2026-12-03 (see
-# the README's "Across releases on the wire"): "rma" (round trip verified),
+# "Across releases on the wire" in docs/behaviour.md): "rma" (round trip verified),
 # "refused" (a 1.19+ importer refuses a 1.16-1.18 exporter's key with the
 # binding's error), "unreachable" (UCX's wire-up between 1.20.1 or 1.22.0
 # and another minor fails, and both sides get an error), "abort" (UCX

@@ -18,7 +18,7 @@ import (
 // 1.22.0), another crashed it inside ucp_ep_create, every release tried.
 type WorkerAddress []byte
 
-// The packed worker address is sealed (see seal) with this magic.
+// addressMagic starts every packed worker address, before its length.
 const addressMagic = "UCXw"
 
 // WorkerAddressFromUCX packs raw, the address a C peer got from

@@ -58,7 +58,7 @@ func TestConnRequestAnsweredOnce(t *testing.T) {
 	assert.ErrorIs(t, cr.Reject(), ucs.ErrClosed)
 
 	// Rejected last: UCX 1.16 and 1.17 can abort on a connection that
-	// follows a rejected one (README, "Known UCX issues met").
+	// follows a rejected one (docs/behaviour.md, "Known UCX issues met").
 	ep2, err := client.Connect(l.Addr().String())
 	require.NoError(t, err)
 	defer closeEP(t, ep2)

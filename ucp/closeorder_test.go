@@ -461,9 +461,9 @@ func closeOrdersChild(t *testing.T, spec string) {
 			// case stops its server right after the closes) never
 			// completes: UCX 1.18's force close purges no AM-emulated get,
 			// and the request keeps its worker, context and key. This is
-			// the README's documented exception ("Not guaranteed": a
+			// the documented exception (docs/behaviour.md, "Not guaranteed": a
 			// request that never completes); met in CI runs, not locally.
-			fmt.Printf("closeorder: KNOWN %d UCX objects still live after the last order without peer error handling (the README's never-completing request), %s\n", n-base, later)
+			fmt.Printf("closeorder: KNOWN %d UCX objects still live after the last order without peer error handling (the never-completing request of docs/behaviour.md), %s\n", n-base, later)
 			t.Logf("%d UCX objects still live without peer error handling: the documented never-completing request, %s", n-base, later)
 		} else if ucs.LiveHandles() != base {
 			fmt.Printf("closeorder: LEAK %d UCX objects still live %v after the last order (%d before the first), %s\n", n-base, closeOrderLiveBound, base, later)

@@ -125,7 +125,7 @@ func TestCraftedWorkerAddress(t *testing.T) {
 				// (sysv, posix), process ids it reads and writes with
 				// process_vm_writev (cma). A flipped one makes UCX reach
 				// them, with this process's rights, as a crafted address
-				// can (README, "Not guaranteed"); the test flips every
+				// can (docs/behaviour.md, "Not guaranteed"); the test flips every
 				// other byte: the framing the walk checks, and the
 				// attributes.
 				named := make([]bool, len(s.raw))

@@ -27,7 +27,7 @@
 // One binary runs on any UCX from 1.16 to 1.23, whichever it was built
 // against: the layouts that differ between releases are chosen from the
 // release loaded (ucs.LoadedVersion, ucs.ABILayout). Peers may run other
-// releases; see the README for which pairs UCX lets talk. A 1.19+ process
+// releases; see docs/behaviour.md for which pairs UCX lets talk. A 1.19+ process
 // refuses (ucs.ErrUnsupported, naming both sides) keys that a 1.16-1.18 peer
 // packed with tcp or cma parts.
 //

@@ -48,12 +48,12 @@ const (
 	// endpoint made through a listener with peer error handling (the
 	// default) it disconnects as CloseForce does once the flush completed:
 	// UCX's own flush close kept serving the peer's gets on the closing
-	// endpoint and aborted the process when one met its failed transport
-	// (see flushThenForce); the peer's endpoint fails with
+	// endpoint and aborted the process when one met its failed transport;
+	// the peer's endpoint fails with
 	// ucs.ErrConnectionReset either way.
 	CloseFlush CloseMode = iota
 	// CloseForce drops outstanding operations (they end with an error).
-	// It first waits, for up to forceCloseGrace (and within Close's ctx),
+	// It first waits, for up to 1 s (and within Close's ctx),
 	// for what UCX must finish before: the gets in flight on the endpoint
 	// (UCX 1.18.1 and 1.23.0~rc1 abort when the reply to an emulated get
 	// arrives after a force close: assertion on the worker's
@@ -150,7 +150,7 @@ func (w *Worker) newEndpoint(op, handshakeHint string, peerErr bool, create func
 // active-message sizes UCX can use). What a transport finds inside a
 // well-formed address (an IP address and port, a shared-memory segment
 // id, a process id) is the peer's word, as in UCX, and a hostile one can
-// still crash this process (README, "Not guaranteed"). A worker in
+// still crash this process (docs/behaviour.md, "Not guaranteed"). A worker in
 // UCX_UNIFIED_MODE=y cannot check an address and refuses every one with
 // ucs.ErrUnsupported.
 func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*Endpoint, error) {
@@ -460,7 +460,7 @@ func parseAddrPort(op, addr string, listen bool) (netip.AddrPort, error) {
 // Listen listens on addr ("host:port", host an IP address; an empty host
 // listens on every IPv4 address, port 0 picks a free one). UCX reads
 // what a client sends in its own thread, unchecked, and 17 bytes from any
-// TCP client can abort the process (README, "Known UCX issues met"): listen
+// TCP client can abort the process (docs/behaviour.md, "Known UCX issues met"): listen
 // only where the hosts that reach the port are trusted.
 func (w *Worker) Listen(addr string) (*Listener, error) {
 	op := fmt.Sprintf("ucp: listen on %s", addr)

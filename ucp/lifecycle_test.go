@@ -822,7 +822,7 @@ var lcNamedPlans = []struct {
 		plan: "shm listener run=true smem=reg rma=get/8 am=64 | rma:complete am:complete cep:drop cw:drop sep:force l rkey smem cmem sw ctx"},
 	{name: "ucx-fatal-put-after-force-close/tcp",
 		plan:  "tcp address run=true smem=reg rma=put/8 am=64 | rkey ctx rma:complete cep:force l cmem sw smem cw am:wait sep:flush",
-		known: "crash, in UCX (the README's known UCX issue, met on 1.18.1 in one process, about 1 run in 3, when the client endpoint's force close ran as its put completed locally): the server serves the put and its acknowledgement to the closed endpoint fails: ucp_request.inl:319 Fatal: unexpected error: Endpoint timeout, in ucp_put_handler. Force closes are no longer deferred to a put's completion, and this form did not meet it in 52 runs (1.18.1), nor TestForceCloseRightAfterPuts in 800 force closes; puts over tcp stay out of the random sample"},
+		known: "crash, in UCX (the known UCX issue of docs/behaviour.md, met on 1.18.1 in one process, about 1 run in 3, when the client endpoint's force close ran as its put completed locally): the server serves the put and its acknowledgement to the closed endpoint fails: ucp_request.inl:319 Fatal: unexpected error: Endpoint timeout, in ucp_put_handler. Force closes are no longer deferred to a put's completion, and this form did not meet it in 52 runs (1.18.1), nor TestForceCloseRightAfterPuts in 800 force closes; puts over tcp stay out of the random sample"},
 	{name: "cancel-in-flight-get",
 		// Was a crash in UCX (1.18.1 and 1.23.0~rc1, 4 runs of 4): the get's
 		// reply arrived after the endpoint's force close and UCX failed an

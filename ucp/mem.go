@@ -453,7 +453,7 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 // The bytes are checked in Go before UCX reads them, and a part whose
 // shared-memory reader would fail to attach what it names is dropped (on
 // UCX 1.16 to 1.18 such a failure crashes UCX; the endpoint asks UCX which
-// reader each part meets, see the README's "Not guaranteed" for the
+// reader each part meets, see "Not guaranteed" in docs/behaviour.md for the
 // machines where it cannot). A bare UCX key has no checksum, so damage
 // that still parses can point the key at other memory; keys from this
 // binding travel safer as packed regions (Mem.PackRegion, UnpackRegion),

@@ -413,7 +413,7 @@ func forceCloseRightAfterConnect(t *testing.T) {
 // local completion or not) and force-close at once. UCX 1.18.1 once
 // aborted the server about 1 run in 3 (ucs_fatal "Endpoint timeout" in
 // ucp_put_handler: the acknowledgement went to the closed endpoint); see
-// the README's known issues. UCXGO_ROUNDS=40 repeats the measured run
+// the known issues in docs/behaviour.md. UCXGO_ROUNDS=40 repeats the measured run
 // (800 force closes).
 func TestForceCloseRightAfterPuts(t *testing.T) {
 	// 10 runs: an abort one run in 3 would pass them all 1 time in 60.

@@ -23,7 +23,7 @@ import (
 // What a client that is not a UCX worker sends a Listener. UCX's tcp
 // connection manager reads the first 8 bytes as the little-endian length
 // of what follows a 16-byte header: every probe here claims more than it
-// sends, as text and TLS do (README, "Not guaranteed", for the rest).
+// sends, as text and TLS do (docs/behaviour.md, "Not guaranteed", for the rest).
 var nonUCXProbes = map[string][]byte{
 	"nothing":    nil,
 	"http":       []byte("GET / HTTP/1.1\r\nHost: example\r\nUser-Agent: probe\r\n\r\n"),
@@ -84,7 +84,7 @@ func TestListenerSurvivesNonUCXClients(t *testing.T) {
 // without a length that frames it leaves its socket in UCX, which stops
 // reading it and so never sees the client go, until the worker is closed,
 // the listener's Close included (measured on 1.18.1 and 1.22.0): the
-// README says so, this test holds it to the worker's Close.
+// docs/behaviour.md says so, this test holds it to the worker's Close.
 func TestListenerKeepsLongNonUCXClients(t *testing.T) {
 	p := newPair(t, listening(), unconnected())
 	server, l := p.server, p.listener
@@ -98,11 +98,11 @@ func TestListenerKeepsLongNonUCXClients(t *testing.T) {
 	defer cancel()
 	_, err = l.AcceptRequest(wait)
 	require.ErrorIs(t, err, ucs.ErrTimedOut)
-	assert.True(t, serverSocketOpen(t, client), "UCX released the socket: update the README")
+	assert.True(t, serverSocketOpen(t, client), "UCX released the socket: update docs/behaviour.md")
 	// The listener's Close leaves it to the worker, which UCX destroys when
 	// the last of its handles, here the listener, is closed.
 	require.NoError(t, l.Close())
-	assert.True(t, serverSocketOpen(t, client), "the listener's Close released the socket: update the README")
+	assert.True(t, serverSocketOpen(t, client), "the listener's Close released the socket: update docs/behaviour.md")
 	require.NoError(t, server.Close())
 	assert.False(t, serverSocketOpen(t, client), "the worker's Close kept the socket of a gone client")
 }

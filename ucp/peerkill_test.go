@@ -29,7 +29,7 @@ import (
 // served by the target's progress, and UCX (1.18.1 and 1.23.0~rc1) aborts
 // a process that serves a get for a peer that just died (ucs_fatal
 // "unexpected error: Endpoint timeout" in ucp_get_req_handler, met in this
-// test once in about 15 runs): the README's known UCX issue, which a Go
+// test once in about 15 runs): the known UCX issue of docs/behaviour.md, which a Go
 // binding cannot catch.
 
 const (

@@ -130,7 +130,7 @@ func TestRequestDetach(t *testing.T) {
 // forget") must not keep their worker and context alive: once collected,
 // they are detached, and closing everything releases every UCX object.
 // (An operation that never completes, its peer gone without peer error
-// handling, still keeps them: see the README's known issues.)
+// handling, still keeps them: see the known issues in docs/behaviour.md.)
 func TestDroppedRequestsReleaseTheirWorker(t *testing.T) {
 	for round := range 5 {
 		before := ucs.LiveHandles()

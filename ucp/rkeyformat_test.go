@@ -505,7 +505,7 @@ func TestPosixSegmentAttaches(t *testing.T) {
 	// High bits of the id's pid and descriptor fields (procfs form) or of
 	// the shm_open id: a name nothing here has. (A flipped low bit may name
 	// another process's descriptor, which exists: UCX would map it, as it
-	// maps any existing file a key names; see the README.)
+	// maps any existing file a key names; see docs/behaviour.md.)
 	for _, bit := range []int{22, 25, 29, 50, 55, 59} {
 		flipped := bytes.Clone(part)
 		flipped[bit/8] ^= 1 << (bit % 8)

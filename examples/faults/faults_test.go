@@ -153,7 +153,7 @@ func mustRead(t *testing.T, path string) string {
 // It is killed while it writes: killed while the exporter serves its gets,
 // UCX itself can abort the exporter (measured on 1.23.0~rc1: ucs_fatal
 // "unexpected error: Endpoint timeout" in ucp_request.inl, an internal
-// send of the AM-emulated get failing; see README, known UCX issues).
+// send of the AM-emulated get failing; see docs/behaviour.md, known UCX issues).
 // 64 MiB in 64 KiB writes (1024 of them) outlast the few milliseconds from
 // the importer's "writing" line to the kill; the exporter's count of one
 // verification proves the victim never finished its writes. The read
