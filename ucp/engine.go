@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -247,13 +248,15 @@ type waitReady struct {
 	// are for UCX operations, which a closed worker still completes.
 	endOnClose bool
 	req        cgo.Request   // P set: ready once it is done
+	gone       *atomic.Bool  // set: ready once true (a Request detached by another copy)
 	gets       *getsInFlight // ready once none is pending in UCX
 	listener   *Listener     // ready once it has a connection request or its Close started
 	queue      *AMQueue      // ready once it has a message or is closed
 }
 
 func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.gets != nil && !r.gets.pending()) ||
+	return (r.req.P != nil && r.req.Done()) || (r.gone != nil && r.gone.Load()) ||
+		(r.gets != nil && !r.gets.pending()) ||
 		(r.listener != nil && (r.listener.c.Pending() || r.listener.res.Closing())) ||
 		(r.queue != nil && r.queue.ready())
 }

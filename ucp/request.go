@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
@@ -41,9 +42,11 @@ type request struct {
 	live    bool // fl is in flight and the request's; false once done or detached
 	waiting int  // Waits in progress; a detach while >0 is done by the last
 	done    bool
-	gone    bool // detached
-	err     error
-	n       uint64
+	// gone: detached. Set under mu, read by Waits in progress without it:
+	// a Wait asleep on another copy sees it and leaves.
+	gone atomic.Bool
+	err  error
+	n    uint64
 }
 
 // inflight is what an operation in flight holds. When the request is
@@ -158,7 +161,7 @@ func (r Request) Test() (done bool, err error) {
 	if p.done {
 		return true, p.err
 	}
-	if p.gone {
+	if p.gone.Load() {
 		return false, detachedError(p.op)
 	}
 	if !p.fl.c.Done() {
@@ -205,7 +208,9 @@ func detachedError(op string) error {
 // Wait blocks until the request completes or ctx is done, and returns the
 // operation's outcome. When ctx ends first, Wait returns an error wrapping
 // ucs.ErrTimedOut or ucs.ErrCanceled (and ctx.Err()) and the operation
-// stays in flight: a later Wait resumes it, or Detach gives it up.
+// stays in flight: a later Wait resumes it, or Detach gives it up. A
+// Detach of any copy meanwhile ends the Wait promptly with an error wrapping
+// ucs.ErrCanceled.
 func (r Request) Wait(ctx context.Context) error {
 	p := r.p
 	if p == nil {
@@ -217,18 +222,20 @@ func (r Request) Wait(ctx context.Context) error {
 		p.mu.Unlock()
 		return err
 	}
-	if p.gone {
+	if p.gone.Load() {
 		p.mu.Unlock()
 		return detachedError(p.op)
 	}
 	// While a Wait runs, the operation stays with the request (a Detach
 	// meanwhile is completed by the last Wait): the Wait reads its memory.
+	// A Detach from another copy ends it (gone, and a signal to the worker
+	// for a Wait asleep).
 	c := p.fl.c
 	p.waiting++
 	p.mu.Unlock()
 	var err error
-	for !c.Done() {
-		if err = p.w.waitFor(ctx, waitReady{op: p.op, req: c}); err != nil {
+	for !c.Done() && !p.gone.Load() {
+		if err = p.w.waitFor(ctx, waitReady{op: p.op, req: c, gone: &p.gone}); err != nil {
 			break
 		}
 	}
@@ -240,7 +247,7 @@ func (r Request) Wait(ctx context.Context) error {
 		if p.waiting == 0 && p.live {
 			p.finishLocked() // the outcome was set by a Wait that left first
 		}
-	case p.gone:
+	case p.gone.Load():
 		if p.waiting == 0 {
 			p.handOverLocked()
 		}
@@ -264,8 +271,9 @@ func (r Request) Wait(ctx context.Context) error {
 // does not matter). UCX completes it only while the worker is progressed
 // (Run, a Wait, another operation's wait) or after the worker's Close,
 // which drains it. Every copy then reports an error wrapping
-// ucs.ErrCanceled from Wait, and Done stays false. Detaching a done
-// request does nothing.
+// ucs.ErrCanceled from Wait, and Done stays false; a Wait in progress on
+// another copy, from any goroutine, returns that error promptly, whatever
+// its ctx. Detaching a done request does nothing.
 func (r Request) Detach() {
 	p := r.p
 	if p == nil {
@@ -273,13 +281,20 @@ func (r Request) Detach() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done || p.gone {
+	if p.done || p.gone.Load() {
 		return
 	}
-	p.gone = true
+	p.gone.Store(true)
 	if p.waiting == 0 {
 		p.handOverLocked()
+		return
 	}
+	// Waits still read the operation, and the last to leave hands it over.
+	// Wake those asleep: the signal ends the worker's sleep on its event fd
+	// (or makes the next arm report it), and whoever sleeps on the fd wakes
+	// the others; each then sees gone. The worker is alive: the operation,
+	// still the request's, holds a reference on it.
+	p.fl.res.State.c.Signal()
 }
 
 // handOverLocked gives the operation to its worker, which releases it, and

@@ -81,6 +81,11 @@ func (e *engine) sleep(ctx context.Context, ready waitReady) error {
 		wake := s.wake
 		s.wakeTaken = true
 		s.pollMu.Unlock()
+		// A wake-up the poller took before this waiter joined (a Detach's
+		// signal, say) is not repeated: look once more before sleeping.
+		if ready.ready() {
+			return nil
+		}
 		select {
 		case <-wake:
 			return nil
