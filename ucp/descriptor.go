@@ -28,22 +28,106 @@ const (
 // (20 bytes) is not compatible and is refused.
 var validMkeySizes = map[int]bool{6: true, 14: true}
 
-// Descriptor is a parsed exported memory handle.
+// Descriptor is a parsed exported memory handle, made by ParseDescriptor
+// and immutable: its methods report what was parsed, and Context.Import
+// checks exactly that and hands UCX exactly the bytes it was parsed from.
+// The zero Descriptor is not one ParseDescriptor made; Import refuses it.
+// The methods of a nil Descriptor report zero values.
 type Descriptor struct {
-	Dummy       bool           // the zero-length mapping's 3-byte descriptor
-	Flags       uint16         // bit 0: exported
-	MDMap       uint64         // exporter's memory-domain indices
-	MemoryType  ucs.MemoryType // exporter's memory type
-	Address     uint64         // region address in the exporter
-	Length      uint64         // region length
-	ContextUUID uint64         // exporter's UCP context id
-	RegID       uint64         // registration id of the exporter's memh
-	MDs         []DescriptorMD // one per bit of MDMap, ascending
+	dummy       bool
+	flags       uint16
+	mdMap       uint64
+	memType     ucs.MemoryType
+	address     uint64
+	length      uint64
+	contextUUID uint64
+	regID       uint64
+	mds         []DescriptorMD // one per bit of mdMap, ascending; never handed out
 
 	raw []byte // the validated wire form, a copy: what Context.Import hands UCX
 }
 
-// DescriptorMD is one memory domain's part of a descriptor.
+// Dummy reports whether d is the zero-length mapping's 3-byte descriptor,
+// which has no memory domains (its other methods report zero values).
+func (d *Descriptor) Dummy() bool {
+	if d == nil {
+		return false
+	}
+	return d.dummy
+}
+
+// Flags are the descriptor's flags (bit 0: exported).
+func (d *Descriptor) Flags() uint16 {
+	if d == nil {
+		return 0
+	}
+	return d.flags
+}
+
+// MDMap is the set of the exporter's memory-domain indices.
+func (d *Descriptor) MDMap() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.mdMap
+}
+
+// MemoryType is the exporter's memory type.
+func (d *Descriptor) MemoryType() ucs.MemoryType {
+	if d == nil {
+		return 0
+	}
+	return d.memType
+}
+
+// Address is the region's address in the exporter.
+func (d *Descriptor) Address() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.address
+}
+
+// Length is the region's length.
+func (d *Descriptor) Length() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.length
+}
+
+// ContextUUID is the exporter's UCP context id.
+func (d *Descriptor) ContextUUID() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.contextUUID
+}
+
+// RegID is the registration id of the exporter's memory handle.
+func (d *Descriptor) RegID() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.regID
+}
+
+// MDs are the descriptor's memory-domain entries, one per bit of MDMap in
+// ascending order. The result is a copy, bytes included: changing it
+// changes nothing in d.
+func (d *Descriptor) MDs() []DescriptorMD {
+	if d == nil || len(d.mds) == 0 {
+		return nil
+	}
+	out := make([]DescriptorMD, len(d.mds))
+	for i, md := range d.mds {
+		out[i] = DescriptorMD{Mkey: bytes.Clone(md.Mkey), GlobalID: bytes.Clone(md.GlobalID)}
+	}
+	return out
+}
+
+// DescriptorMD is one memory domain's part of a descriptor, as
+// Descriptor.MDs reports it.
 type DescriptorMD struct {
 	Mkey     []byte // UCT exported mkey (IB: lkey, vhca_id[, md uuid])
 	GlobalID []byte // device id ("ib"/"gga" + system image GUID), trailing zeros stripped
@@ -61,7 +145,7 @@ func descError(format string, args ...any) error {
 // zero-length dummy is accepted only as exactly 3 zero bytes.
 func ParseDescriptor(b []byte) (*Descriptor, error) {
 	if len(b) == descDummySize && b[0] == 0 && b[1] == 0 && b[2] == 0 {
-		return &Descriptor{Dummy: true, raw: []byte{0, 0, 0}}, nil
+		return &Descriptor{dummy: true, raw: []byte{0, 0, 0}}, nil
 	}
 	if len(b) < descHeaderSize {
 		return nil, descError("%d bytes is shorter than the %d-byte header", len(b), descHeaderSize)
@@ -74,36 +158,36 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 	}
 	le := binary.LittleEndian
 	d := &Descriptor{
-		Flags:       le.Uint16(b[1:]),
-		MDMap:       le.Uint64(b[3:]),
-		MemoryType:  ucs.MemoryType(b[11]),
-		Address:     le.Uint64(b[12:]),
-		Length:      le.Uint64(b[20:]),
-		ContextUUID: le.Uint64(b[28:]),
-		RegID:       le.Uint64(b[36:]),
+		flags:       le.Uint16(b[1:]),
+		mdMap:       le.Uint64(b[3:]),
+		memType:     ucs.MemoryType(b[11]),
+		address:     le.Uint64(b[12:]),
+		length:      le.Uint64(b[20:]),
+		contextUUID: le.Uint64(b[28:]),
+		regID:       le.Uint64(b[36:]),
 	}
-	if d.Flags != descFlagExport {
-		return nil, descError("flags %#x, want %#x (exported)", d.Flags, descFlagExport)
+	if d.flags != descFlagExport {
+		return nil, descError("flags %#x, want %#x (exported)", d.flags, descFlagExport)
 	}
-	if d.MDMap == 0 {
+	if d.mdMap == 0 {
 		return nil, descError("empty memory-domain map")
 	}
-	if !d.MemoryType.KnownByLoaded() {
-		return nil, descError("unknown memory type %d", d.MemoryType)
+	if !d.memType.KnownByLoaded() {
+		return nil, descError("unknown memory type %d", d.memType)
 	}
-	if d.Length == 0 {
+	if d.length == 0 {
 		return nil, descError("zero length (a zero-length mapping exports the 3-byte descriptor)")
 	}
-	if d.Address+d.Length < d.Address {
-		return nil, descError("address %#x + length %d wraps around", d.Address, d.Length)
+	if d.address+d.length < d.address {
+		return nil, descError("address %#x + length %d wraps around", d.address, d.length)
 	}
 	p := b[descHeaderSize:]
-	for range bits.OnesCount64(d.MDMap) {
+	for range bits.OnesCount64(d.mdMap) {
 		md, rest, err := parseDescriptorMD(p)
 		if err != nil {
-			return nil, descError("memory domain %d: %v", len(d.MDs), err)
+			return nil, descError("memory domain %d: %v", len(d.mds), err)
 		}
-		d.MDs = append(d.MDs, md)
+		d.mds = append(d.mds, md)
 		p = rest
 	}
 	if len(p) != 0 {
@@ -158,12 +242,27 @@ func parseDescriptorMD(p []byte) (DescriptorMD, []byte, error) {
 // localMDs caches this machine's memory domains for import checks.
 var localMDs = sync.OnceValues(uct.Probe)
 
+// canExportHere reports whether a memory domain on this machine can
+// export memory keys (false when they cannot be probed).
+func canExportHere() bool {
+	reports, err := localMDs()
+	if err != nil {
+		return false
+	}
+	for _, r := range reports {
+		if r.HaveExportedMkey() == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // checkImportable refuses a descriptor UCX would abort on or cannot use:
 // every global id must match a local memory domain, and every local memory
 // domain it matches must be able to export (UCX asserts that, in every build).
 func (c *Context) checkImportable(d *Descriptor) error {
 	const op = "ucp: import exported descriptor"
-	if d.Dummy {
+	if d.dummy {
 		return nil
 	}
 	reports, err := localMDs()
@@ -171,7 +270,7 @@ func (c *Context) checkImportable(d *Descriptor) error {
 		return err
 	}
 	matched := 0
-	for _, md := range d.MDs {
+	for _, md := range d.mds {
 		for _, r := range reports {
 			if r.Attr == nil || !bytes.Equal(r.Attr.GlobalID, md.GlobalID) {
 				continue
@@ -184,7 +283,7 @@ func (c *Context) checkImportable(d *Descriptor) error {
 		}
 	}
 	if matched == 0 {
-		return errs.New(op, ucs.ErrUnreachable, "no matching MD: no local memory domain has any of the descriptor's %d global MD id(s)", len(d.MDs))
+		return errs.New(op, ucs.ErrUnreachable, "no matching MD: no local memory domain has any of the descriptor's %d global MD id(s)", len(d.mds))
 	}
 	return nil
 }

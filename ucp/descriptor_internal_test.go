@@ -15,7 +15,7 @@ import (
 // machine without mlx5 hardware cannot reach are exercised.
 func TestCheckImportableAgainstLocalMDs(t *testing.T) {
 	gid := []byte{'i', 'b', 1, 2, 3, 4, 5, 6, 7, 8}
-	desc := &Descriptor{MDs: []DescriptorMD{{Mkey: make([]byte, 6), GlobalID: gid}}}
+	desc := &Descriptor{mds: []DescriptorMD{{Mkey: make([]byte, 6), GlobalID: gid}}}
 	withReports := func(reports ...uct.MDReport) {
 		saved := localMDs
 		t.Cleanup(func() { localMDs = saved })
@@ -49,5 +49,5 @@ func TestCheckImportableAgainstLocalMDs(t *testing.T) {
 	withReports(uct.MDReport{Component: "ib", MD: "mlx5_1", Attr: &uct.Attr{GlobalID: []byte("ib-other")}})
 	require.ErrorIs(t, ctx.checkImportable(desc), ucs.ErrUnreachable)
 
-	require.NoError(t, ctx.checkImportable(&Descriptor{Dummy: true}))
+	require.NoError(t, ctx.checkImportable(&Descriptor{dummy: true}))
 }

@@ -41,13 +41,13 @@ func TestParseDescriptor(t *testing.T) {
 		b := sampleDescriptor(s)
 		d, err := ucp.ParseDescriptor(b)
 		require.NoError(t, err)
-		assert.Equal(t, uint64(0x7f0000001000), d.Address)
-		assert.Equal(t, uint64(1<<20), d.Length)
-		assert.Equal(t, uint64(4), d.MDMap)
-		require.Len(t, d.MDs, 1)
-		assert.Len(t, d.MDs[0].Mkey, s)
-		assert.Equal(t, []byte("ib"), d.MDs[0].GlobalID[:2])
-		assert.False(t, d.Dummy)
+		assert.Equal(t, uint64(0x7f0000001000), d.Address())
+		assert.Equal(t, uint64(1<<20), d.Length())
+		assert.Equal(t, uint64(4), d.MDMap())
+		require.Len(t, d.MDs(), 1)
+		assert.Len(t, d.MDs()[0].Mkey, s)
+		assert.Equal(t, []byte("ib"), d.MDs()[0].GlobalID[:2])
+		assert.False(t, d.Dummy())
 	}
 }
 
@@ -123,7 +123,7 @@ func TestParseDescriptorRandomBytes(t *testing.T) {
 func TestParseDummyOnlyAtExactLength(t *testing.T) {
 	d, err := ucp.ParseDescriptor([]byte{0, 0, 0})
 	require.NoError(t, err)
-	assert.True(t, d.Dummy)
+	assert.True(t, d.Dummy())
 	for _, b := range [][]byte{{}, {0}, {0, 0}, {0, 0, 0, 0}, append(make([]byte, 3), sampleDescriptor(6)...)} {
 		_, err := ucp.ParseDescriptor(b)
 		require.ErrorIs(t, err, ucs.ErrInvalidParam, "%x", b)

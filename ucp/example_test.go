@@ -59,7 +59,7 @@ func Example_dpuImporter() {
 	// w.LocalRegion(ctx, host) would now reach the host's memory (ReadAt,
 	// WriteAt, GetMem and PutMem with a local mapping).
 
-	fmt.Printf("imported %s mapping, %d bytes, dummy %t\n", host.Kind(), host.Len(), d.Dummy)
+	fmt.Printf("imported %s mapping, %d bytes, dummy %t\n", host.Kind(), host.Len(), d.Dummy())
 	// Output: imported imported mapping, 0 bytes, dummy true
 }
 

@@ -24,7 +24,7 @@ func FuzzImportDescriptor(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !d.Dummy && len(d.MDs) == 0 {
+		if !d.Dummy() && len(d.MDs()) == 0 {
 			t.Fatalf("accepted a descriptor without memory domains: %x", b)
 		}
 		mem, err := ctx.Import(d)

@@ -36,8 +36,8 @@ const importAlign = 16
 // that overlaps d's range, nil if none. Call with mu held.
 func (l *liveImports) conflict(d *Descriptor) *liveImport {
 	start, end := importRange(d)
-	for _, i := range l.byExporter[d.ContextUUID] {
-		if i.regID != d.RegID && i.start < end && start < i.end {
+	for _, i := range l.byExporter[d.contextUUID] {
+		if i.regID != d.regID && i.start < end && start < i.end {
 			return i
 		}
 	}
@@ -47,11 +47,11 @@ func (l *liveImports) conflict(d *Descriptor) *liveImport {
 // add records d as imported. Call with mu held.
 func (l *liveImports) add(d *Descriptor) *liveImport {
 	start, end := importRange(d)
-	i := &liveImport{owner: l, exporter: d.ContextUUID, regID: d.RegID, start: start, end: end}
+	i := &liveImport{owner: l, exporter: d.contextUUID, regID: d.regID, start: start, end: end}
 	if l.byExporter == nil {
 		l.byExporter = map[uint64][]*liveImport{}
 	}
-	l.byExporter[d.ContextUUID] = append(l.byExporter[d.ContextUUID], i)
+	l.byExporter[d.contextUUID] = append(l.byExporter[d.contextUUID], i)
 	return i
 }
 
@@ -80,9 +80,9 @@ func (i *liveImport) unmapped() {
 }
 
 func importRange(d *Descriptor) (start, end uint64) {
-	start = d.Address &^ (importAlign - 1)
-	end = d.Address + d.Length
-	if end < d.Address { // wraps: everything from start
+	start = d.address &^ (importAlign - 1)
+	end = d.address + d.length
+	if end < d.address { // wraps: everything from start
 		return start, ^uint64(0)
 	}
 	if e := (end + importAlign - 1) &^ (importAlign - 1); e >= end {
@@ -92,5 +92,5 @@ func importRange(d *Descriptor) (start, end uint64) {
 }
 
 func importConflictError(op string, d *Descriptor, i *liveImport) error {
-	return errs.New(op, ucs.ErrBusy, "[%#x, %#x) of registration id %d overlaps [%#x, %#x) of the same exporter, imported here under registration id %d and not yet unmapped; UCX aborts the process on such an import (the exporter registered the memory again, or exported overlapping ranges): close the earlier import first (a closed mapping whose key was handed out stays mapped in the context's unmap quarantine, WithUnmapQuarantine)", d.Address, d.Address+d.Length, d.RegID, i.start, i.end, i.regID)
+	return errs.New(op, ucs.ErrBusy, "[%#x, %#x) of registration id %d overlaps [%#x, %#x) of the same exporter, imported here under registration id %d and not yet unmapped; UCX aborts the process on such an import (the exporter registered the memory again, or exported overlapping ranges): close the earlier import first (a closed mapping whose key was handed out stays mapped in the context's unmap quarantine, WithUnmapQuarantine)", d.address, d.address+d.length, d.regID, i.start, i.end, i.regID)
 }

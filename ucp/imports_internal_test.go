@@ -10,7 +10,7 @@ import (
 func TestLiveImportsConflicts(t *testing.T) {
 	var l liveImports
 	d := func(exporter, reg, addr, n uint64) *Descriptor {
-		return &Descriptor{ContextUUID: exporter, RegID: reg, Address: addr, Length: n}
+		return &Descriptor{contextUUID: exporter, regID: reg, address: addr, length: n}
 	}
 	first := l.add(d(1, 10, 0x1000, 0x1000))
 	for _, tc := range []struct {

@@ -177,7 +177,7 @@ func (c *Context) RegisterPointer(p unsafe.Pointer, n int, opts ...MapOption) (*
 // local operations then use the mapping as the exporter's memory. A range
 // that overlaps one imported from the same exporter under another
 // registration id, and not yet unmapped here, is refused (ucs.ErrBusy):
-// UCX aborts the process on it (see liveImports).
+// UCX aborts the process on it (docs/behaviour.md, "UCX hazards the API prevents").
 func (c *Context) Import(d *Descriptor, opts ...MapOption) (*Mem, error) {
 	const op = "ucp: map imported memory"
 	if d == nil || d.raw == nil {
@@ -223,7 +223,7 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 		return nil, closedError(op)
 	}
 	defer c.res.Exit()
-	if desc != nil && !desc.Dummy {
+	if desc != nil && !desc.dummy {
 		c.imports.mu.Lock()
 		defer c.imports.mu.Unlock()
 		if i := c.imports.conflict(desc); i != nil {
@@ -256,7 +256,7 @@ func (c *Context) memMap(op string, kind ucs.MemKind, n int, p unsafe.Pointer, p
 	}
 	m.addr, m.n = base, size
 	m.res.State.c, m.res.State.h, m.res.State.retired, m.res.State.n = c.c, h, c.retired, int(size)
-	if desc != nil && !desc.Dummy {
+	if desc != nil && !desc.dummy {
 		m.res.State.imported = c.imports.add(desc)
 	}
 	m.res.Init(c.res, releaseMem)
@@ -289,7 +289,8 @@ func (m *Mem) Len() int {
 	return int(m.n)
 }
 
-// Descriptor is what an imported mapping was made from (nil otherwise).
+// Descriptor is the descriptor an imported mapping was made from, which
+// cannot change (nil for other mappings).
 func (m *Mem) Descriptor() *Descriptor {
 	if m == nil {
 		return nil
@@ -322,8 +323,13 @@ func (m *Mem) bytes(op string) ([]byte, error) {
 // Export packs the mapping for another process to Import (ucp_memh_pack
 // with UCP_MEMH_PACK_FLAG_EXPORT); the result is a Go-owned copy and UCX's
 // buffer is released at once. Where no memory domain of the mapping can
-// export it is ucs.ErrUnsupported. (Without the EXPORT flag ucp_memh_pack
-// aborts the process; this binding never issues that call.)
+// export it is ucs.ErrUnsupported, whatever the mapping's length: a
+// zero-length mapping, which UCX maps on no memory domain, is refused so
+// unless a memory domain on this machine can export, and otherwise exports
+// UCX's 3-byte dummy descriptor (which ParseDescriptor and Import take).
+// So a caller that falls back to PackRegion or PackRemoteKey on
+// ucs.ErrUnsupported does so for every length. (Without the EXPORT flag
+// ucp_memh_pack aborts the process; this binding never issues that call.)
 func (m *Mem) Export() ([]byte, error) { return m.AppendExport(nil) }
 
 // AppendExport is Export appending the descriptor to dst, which allocates
@@ -336,6 +342,11 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	defer m.res.Exit()
 	if m.kind == ucs.MemImported {
 		return dst, errs.New(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
+	}
+	if m.n == 0 && !canExportHere() {
+		// UCX answers any zero-length mapping with its dummy, capable
+		// memory domain or not.
+		return dst, errExportUnsupported
 	}
 	b, n, st := m.ctx.c.AppendExport(dst, int(m.exportLen.Load()), m.res.State.h)
 	if st == 0 {
@@ -361,7 +372,12 @@ func (m *Mem) PackRemoteKey() ([]byte, error) { return m.AppendRemoteKey(nil) }
 
 // AppendRemoteKey is PackRemoteKey appending the key to dst, which allocates nothing
 // when dst has room.
-func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
+func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) { return m.appendRemoteKey(dst, true) }
+
+// appendRemoteKey is AppendRemoteKey; handedOut false packs a key that
+// never leaves this process (a LocalRegion's, whose Close ends its every
+// use), which leaves the mapping's Close free to unmap at once.
+func (m *Mem) appendRemoteKey(dst []byte, handedOut bool) ([]byte, error) {
 	const op = "ucp: pack rkey"
 	if m == nil || !m.res.Enter() {
 		return dst, closedError(op)
@@ -374,7 +390,9 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return dst, err
 	}
-	m.res.State.exposed.Store(true)
+	if handedOut {
+		m.res.State.exposed.Store(true)
+	}
 	return b, nil
 }
 
@@ -385,7 +403,9 @@ func (m *Mem) AppendRemoteKey(dst []byte) ([]byte, error) {
 // (WithUnmapQuarantine, default DefaultUnmapQuarantine bytes, oldest
 // unmapped first) or until the context is released: UCX cannot revoke a
 // key, and a peer's put or get served from unmapped memory would crash this
-// process. Slices from Bytes must not be used after Close.
+// process. A LocalRegion's key does not count (it never leaves the
+// process): the mapping stays until the region is closed, then unmaps.
+// Slices from Bytes must not be used after Close.
 func (m *Mem) Close() error {
 	if m == nil {
 		return nil // nothing to close: cleanup code may close what it never got

@@ -195,8 +195,8 @@ func TestExportImportEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	d, err := ucp.ParseDescriptor(desc)
 	require.NoError(t, err)
-	assert.Equal(t, mem.Address(), d.Address)
-	assert.Equal(t, uint64(mem.Len()), d.Length)
+	assert.Equal(t, mem.Address(), d.Address())
+	assert.Equal(t, uint64(mem.Len()), d.Length())
 	imported, err := importer.Import(d)
 	require.NoError(t, err)
 	defer imported.Close()
@@ -233,7 +233,7 @@ func TestImportAfterReRegistration(t *testing.T) {
 	require.NoError(t, err)
 	second := export()
 	again, err := importer.Import(second)
-	if second.RegID == first.RegID { // UCX's cache gave the exporter the same registration
+	if second.RegID() == first.RegID() { // UCX's cache gave the exporter the same registration
 		require.NoError(t, err)
 		require.NoError(t, again.Close())
 	} else {

@@ -164,8 +164,8 @@ func TestLocalRegion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bytes.Repeat([]byte{7}, 64), farBytes[:64])
 
-	// The mapping closed first: the region says so (it wrote into the
-	// memory the context keeps in quarantine, silently).
+	// The mapping closed first: the region's operations say so, and the
+	// unmap waits for the region's Close (the test's cleanup).
 	require.NoError(t, far.Close())
 	_, err = lr.WriteAt([]byte("late"), 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)

@@ -87,19 +87,14 @@ func TestExportUnsupportedHere(t *testing.T) {
 	assert.Equal(t, "ucp: export memory handle: Unsupported operation: no memory domain of the mapping has UCT_MD_FLAG_EXPORTED_MKEY", err.Error())
 }
 
-// A zero-length mapping exports UCX's 3-byte dummy, which imports.
+// UCX's 3-byte dummy, what a zero-length mapping exports where a memory
+// domain can export, imports (TestZeroLengthExport covers the export).
 func TestDummyDescriptorImports(t *testing.T) {
 	ctx := newContext(t)
-	empty, err := ctx.Allocate(0)
-	require.NoError(t, err)
-	defer empty.Close()
-	desc, err := empty.Export()
-	require.NoError(t, err)
-	require.Equal(t, []byte{0, 0, 0}, desc)
-
+	desc := []byte{0, 0, 0}
 	d, err := ucp.ParseDescriptor(desc)
 	require.NoError(t, err)
-	assert.True(t, d.Dummy)
+	assert.True(t, d.Dummy())
 
 	imported, err := ctx.Import(d)
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 	"weak"
@@ -90,6 +91,12 @@ type Worker struct {
 
 	peerAddrs   peerAddressChecker // ConnectWorker's check of peer addresses
 	maxAMHeader int                // the largest header SendAM takes (ucp_worker_query)
+
+	// The loopback endpoint LocalRegions share (see loopback): weak, since
+	// the endpoint holds the Worker and a dropped Worker must be collected.
+	loopMu   sync.Mutex
+	loop     weak.Pointer[loopback]
+	loopDone bool // Close ran: no loopback is made any more
 }
 
 // enter is w.res.Enter for a Worker that may be nil: a nil Worker, like a
@@ -359,7 +366,8 @@ func (w *Worker) signal() {
 }
 
 // Close closes the worker; its UCX object goes when its endpoints,
-// listeners and requests are done too. A Run, Wait, Listener.Accept or
+// listeners, requests and LocalRegions are done too (an open LocalRegion
+// keeps working until its Close). A Run, Wait, Listener.Accept or
 // AMQueue.Receive on the worker wakes at once and returns an error wrapping
 // ucs.ErrClosed; requests, flushes and closes in progress (an
 // Endpoint.UnpackRemoteKey or UnpackRegion waiting for its endpoint's
@@ -380,6 +388,7 @@ func (w *Worker) Close() error {
 	}
 	w.res.Ref()
 	w.res.Exit()
+	w.closeLoopback()
 	w.mu.Lock()
 	inHandler := w.dispatching
 	w.mu.Unlock()
