@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ci/matrix.sh: one binary, every release. The race test binaries of
-# packages cgo, uct and ucp are built once, against Debian trixie's UCX
+# packages cgo, uct, ucp and share are built once, against Debian trixie's UCX
 # 1.18.1, and run unchanged on every upstream build of the fixtures folder
 # (ci/release.sh --list; LD_LIBRARY_PATH and PKG_CONFIG_PATH changed,
 # nothing else, inside the trixie root filesystem) and on Debian forky's
@@ -20,7 +20,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=bin/matrix
-pkgs="cgo uct ucp"
+pkgs="cgo uct ucp share"
 
 if [ "${1:-}" = --run ]; then
 	# Inside a root filesystem: run the binaries on release $2 ("debian":

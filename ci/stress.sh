@@ -54,16 +54,23 @@ UCXGO_LIFECYCLE_SAMPLES=$samples UCXGO_ADDRESS_ROUNDS=$addr_rounds "${race[@]}" 
 step "3. soak: 100000 cycles"
 UCXGO_SOAK_CYCLES=100000 "${race[@]}" -run '^TestSoak$' ./ucp
 
-# The tests whose rounds run in child processes: TestX runs TestXOnce.
-tests=$("$GO" test -race -list '^Test' ./ucp | grep '^Test')
-rounds=$(sed -n 's/^\(Test.*\)Once$/\1/p' <<<"$tests" | grep -Fxf - <(echo "$tests") | tr '\n' ' ')
-[ -n "$rounds" ] || { echo "stress: no round tests found in ./ucp" >&2; exit 1; }
-n=$(wc -w <<<"$rounds")
+# The tests whose rounds run in child processes: TestX runs TestXOnce,
+# in packages ucp and share.
+declare -A rounds
+n=0
+for p in ucp share; do
+	tests=$("$GO" test -race -list '^Test' ./$p | grep '^Test')
+	rounds[$p]=$(sed -n 's/^\(Test.*\)Once$/\1/p' <<<"$tests" | grep -Fxf - <(echo "$tests") | tr '\n' ' ')
+	[ -n "${rounds[$p]}" ] || { echo "stress: no round tests found in ./$p" >&2; exit 1; }
+	n=$(( n + $(wc -w <<<"${rounds[$p]}") ))
+done
 left=$(( budget - ($(date +%s) - start) ))
 share=$(( left / 2 / n ))
 [ $share -ge 5 ] || share=5
-step "4. round tests in child processes, ${share} s each: $rounds"
-quiet '^(---|ok)|rounds of' env UCXGO_STRESS=${share}s "${race[@]}" -run "^($(tr ' ' '|' <<<"$rounds"))\$" -v ./ucp
+for p in ucp share; do
+	step "4. round tests in child processes of ./$p, ${share} s each: ${rounds[$p]}"
+	quiet '^(---|ok)|rounds of' env UCXGO_STRESS=${share}s "${race[@]}" -run "^($(tr ' ' '|' <<<"${rounds[$p]% }"))\$" -v ./$p
+done
 
 targets=${FUZZ_TARGETS:?the Makefile passes its FUZZ_TARGETS}
 n=$(wc -w <<<"$targets")

@@ -1,0 +1,336 @@
+package bench
+
+// Package share's data path against raw UCX: Region.ReadAt and
+// Region.WriteAt of 64 MiB in rkey mode over tcp on loopback, beside the
+// same transfer made with ucp calls (gets or puts of one chunk each on a
+// RemoteRegion, depth of them in flight, waited for in order; puts then
+// flushed, as WriteAt does). The exporter and the raw target live in a
+// peer process (this test binary as the role "share-peer", pinned like
+// the other two-process rows' peer by BENCH_PEER_CPU); the importer and
+// the raw client are this process, each with a UCX context of its own
+// (UCX_TLS=tcp on every side), a worker progressed by a goroutine running
+// Worker.Run (as the importer's is) and a 64 MiB Go buffer. Run with
+//
+//	go test ./bench -run '^$' -bench Share -benchmem
+//
+// (BenchmarkShareSweep* also try other chunk sizes and depths). Not part
+// of run.sh's table: the C twin has no pipelined transfer of its own.
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ucxgo/ucx/internal/testproc"
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+)
+
+const (
+	shareSize   = 64 << 20
+	shareRegion = "bench"
+)
+
+// The sealing secret of both sides (a benchmark's, not a secret).
+var shareSecret = []byte("ucx-go bench: share versus raw ucp")
+
+func init() {
+	testproc.Role("share-peer", func() int {
+		if err := runSharePeer(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "share peer:", err)
+			return 1
+		}
+		return 0
+	})
+}
+
+// runSharePeer is the peer: an exporter in rkey mode sharing 64 MiB, and
+// beside it a raw target (a context, a worker, a listener and 64 MiB
+// registered the same way, packed with Mem.PackRegion). It prints "CTRL
+// DATA PACKED" (the control address, the raw listener's address, the raw
+// region in hex) and runs until its stdin closes.
+func runSharePeer(in io.Reader, out io.Writer) error {
+	sealer, err := share.NewHMACSealer(shareSecret)
+	if err != nil {
+		return err
+	}
+	exp, err := share.NewExporter(sealer, share.WithMode(share.ModeRkey), share.WithUCXConfig("TLS", tlsTCP))
+	if err != nil {
+		return err
+	}
+	defer exp.Close()
+	buf := make([]byte, shareSize)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	if err := exp.Add(shareRegion, buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go exp.Serve(l)
+
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	w, err := ctx.NewWorker()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	run, stop := context.WithCancel(context.Background())
+	defer stop()
+	go w.Run(run)
+	raw := make([]byte, shareSize)
+	m, err := ctx.Register(raw, ucp.WithProt(ucp.ProtAll))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	packed, err := m.PackRegion()
+	if err != nil {
+		return err
+	}
+	rl, err := w.Listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	var eps []*ucp.Endpoint
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			ep, err := rl.Accept(run)
+			if err != nil {
+				return
+			}
+			eps = append(eps, ep)
+		}
+	}()
+	fmt.Fprintf(out, "%s %s %x\n", l.Addr(), rl.Addr(), packed)
+	io.Copy(io.Discard, in) // the client closes stdin when done
+	stop()
+	<-accepted
+	for _, ep := range eps {
+		ep.Close(context.Background(), ucp.CloseForce)
+	}
+	return nil
+}
+
+// sharePeer is the client's view of the peer.
+type sharePeer struct {
+	ctrl, data string
+	packed     []byte
+	buf        []byte // the client's 64 MiB, read into and written from
+}
+
+func startSharePeer(b *testing.B) *sharePeer {
+	spec := testproc.Spec{Role: "share-peer", Stderr: true}
+	if cpu := os.Getenv(peerCPUEnv); cpu != "" { // run.sh: the peer on its own core
+		spec.Prefix = []string{"taskset", "-c", cpu}
+	}
+	peer := testproc.Start(b, spec)
+	l, ok := peer.NextLine(b, time.Minute)
+	if !ok {
+		b.Fatalf("share peer ended early:\n%s", peer.Output())
+	}
+	f := strings.Fields(l)
+	if len(f) != 3 {
+		b.Fatalf("share peer said %q", l)
+	}
+	packed, err := hex.DecodeString(f[2])
+	if err != nil {
+		b.Fatalf("share peer said %q", l)
+	}
+	buf := make([]byte, shareSize)
+	for i := range buf {
+		buf[i] = byte(i * 3)
+	}
+	return &sharePeer{ctrl: f[0], data: f[1], packed: packed, buf: buf}
+}
+
+// importer opens a session with the peer's exporter.
+func (p *sharePeer) importer(b *testing.B, chunk, depth int) *share.Region {
+	sealer, err := share.NewHMACSealer(shareSecret)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	imp, err := share.Dial(ctx, "tcp", p.ctrl, sealer, share.WithRequireMode(share.ModeRkey),
+		share.WithImporterUCXConfig("TLS", tlsTCP), share.WithChunk(chunk), share.WithDepth(depth))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { imp.Close() })
+	r, err := imp.Region(shareRegion)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// rawRegion is the raw client: a context and worker like the importer's,
+// an endpoint to the peer's raw listener, the raw region unpacked on it.
+func (p *sharePeer) rawRegion(b *testing.B) ucp.RemoteRegion {
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := ctx.NewWorker()
+	if err != nil {
+		b.Fatal(err)
+	}
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(run) }()
+	ep, err := w.Connect(p.data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rr, err := ep.UnpackRegion(uctx, p.packed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		rr.Key().Close()
+		ep.Close(context.Background(), ucp.CloseForce)
+		stop()
+		<-done
+		w.Close()
+		ctx.Close()
+	})
+	return rr
+}
+
+// rawMove is what Region.ReadAt and WriteAt do, in ucp calls: chunks of
+// chunk bytes, depth in flight, each waited for in the order started;
+// puts are then flushed.
+type rawMove struct {
+	rr           ucp.RemoteRegion
+	chunk, depth int
+	ring         []ucp.Request
+}
+
+// Waits take context.Background(), as the importer's do: a ctx with a
+// deadline costs an allocation per wait.
+func (m *rawMove) run(p []byte, write bool) error {
+	ctx := context.Background()
+	head, tail, next := 0, 0, 0
+	for {
+		for next < len(p) && tail-head < m.depth {
+			end := min(next+m.chunk, len(p))
+			var req ucp.Request
+			var err error
+			if write {
+				req, err = m.rr.Put(p[next:end], next)
+			} else {
+				req, err = m.rr.Get(p[next:end], next)
+			}
+			if err != nil {
+				return err
+			}
+			m.ring[tail%m.depth] = req
+			tail++
+			next = end
+		}
+		if head == tail {
+			break
+		}
+		if err := m.ring[head%m.depth].Wait(ctx); err != nil {
+			return err
+		}
+		head++
+	}
+	if write {
+		return m.rr.Flush(ctx)
+	}
+	return nil
+}
+
+// The rows: each moves the whole 64 MiB once per operation.
+// One untimed operation first completes the wire-up (lanes, the
+// key's transport keys) before the loop.
+func benchShareRegion(b *testing.B, r *share.Region, buf []byte, write bool) {
+	op := func() {
+		var err error
+		if write {
+			_, err = r.WriteAt(buf, 0)
+		} else {
+			_, err = r.ReadAt(buf, 0)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	op()
+	b.SetBytes(shareSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		op()
+	}
+}
+
+func benchRaw(b *testing.B, rr ucp.RemoteRegion, buf []byte, chunk, depth int, write bool) {
+	m := &rawMove{rr: rr, chunk: chunk, depth: depth, ring: make([]ucp.Request, depth)}
+	op := func() {
+		if err := m.run(buf, write); err != nil {
+			b.Fatal(err)
+		}
+	}
+	op()
+	b.SetBytes(shareSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		op()
+	}
+}
+
+// benchShare runs share and raw side by side at each (chunk, depth).
+func benchShare(b *testing.B, write bool, configs [][2]int) {
+	p := startSharePeer(b)
+	rr := p.rawRegion(b)
+	for _, c := range configs {
+		chunk, depth := c[0], c[1]
+		name := ""
+		if len(configs) > 1 {
+			name = fmt.Sprintf("/chunk=%dK/depth=%d", chunk>>10, depth)
+		}
+		b.Run("share"+name, func(b *testing.B) {
+			benchShareRegion(b, p.importer(b, chunk, depth), p.buf, write)
+		})
+		b.Run("raw"+name, func(b *testing.B) { benchRaw(b, rr, p.buf, chunk, depth, write) })
+	}
+}
+
+var shareDefaults = [][2]int{{share.DefaultChunk, share.DefaultDepth}}
+
+func BenchmarkShareRead64M(b *testing.B)  { benchShare(b, false, shareDefaults) }
+func BenchmarkShareWrite64M(b *testing.B) { benchShare(b, true, shareDefaults) }
+
+// The sweep: chunk sizes from 64 KiB to 1 MiB, depths 4 to 16.
+func shareSweep() [][2]int {
+	var out [][2]int
+	for _, chunk := range []int{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20} {
+		for _, depth := range []int{4, 8, 16} {
+			out = append(out, [2]int{chunk, depth})
+		}
+	}
+	return out
+}
+
+func BenchmarkShareSweepRead64M(b *testing.B)  { benchShare(b, false, shareSweep()) }
+func BenchmarkShareSweepWrite64M(b *testing.B) { benchShare(b, true, shareSweep()) }

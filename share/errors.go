@@ -1,0 +1,26 @@
+package share
+
+import "errors"
+
+// The causes of this package's errors, for errors.Is. Every error is an
+// *ucs.Error (package ucs) whose Err is one of these, a ucs.Status from
+// UCX, or ucs.ErrClosed; its Reason says what was found, and never holds
+// a secret, a sealed grant or a packed key.
+var (
+	// ErrRevoked: the exporter revoked the region (or the whole session),
+	// or its lease expired. Operations started after it fail with it and
+	// never reach the exporter's memory.
+	ErrRevoked = errors.New("access revoked")
+	// ErrRefused: the peer refused the session: another protocol version,
+	// a pair of UCX releases that cannot talk, a mode one side cannot use.
+	ErrRefused = errors.New("session refused")
+	// ErrSeal: a grant did not authenticate under the sealing secret (the
+	// wrong secret, or altered bytes), or a secret is unusable.
+	ErrSeal = errors.New("grant does not authenticate")
+	// ErrGrant: an authentic grant whose fields fail a check (format,
+	// release, exporter, session, protection, times, bounds).
+	ErrGrant = errors.New("grant refused")
+	// ErrProtocol: the peer sent bytes this protocol version does not
+	// allow.
+	ErrProtocol = errors.New("protocol violation")
+)

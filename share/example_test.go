@@ -1,0 +1,72 @@
+package share_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+)
+
+// A host shares a buffer, an importer reads and writes it, the host
+// revokes it.
+func Example() {
+	secret := []byte("a secret of at least 16 bytes")
+	sealer, err := share.NewHMACSealer(secret)
+	if err != nil {
+		panic(err)
+	}
+
+	// The host.
+	buf := []byte("hello from the host's memory")
+	exp, err := share.NewExporter(sealer)
+	if err != nil {
+		panic(err)
+	}
+	defer exp.Close()
+	if err := exp.Add("greeting", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+		panic(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go exp.Serve(l)
+
+	// The importer (another process, usually: the DPU).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer)
+	if err != nil {
+		panic(err)
+	}
+	defer imp.Close()
+	r, err := imp.Region("greeting")
+	if err != nil {
+		panic(err)
+	}
+	p := make([]byte, r.Len())
+	if _, err := r.ReadAt(p, 0); err != nil {
+		panic(err)
+	}
+	fmt.Printf("read %q\n", p)
+	if _, err := r.WriteAt([]byte("HELLO"), 0); err != nil {
+		panic(err)
+	}
+	fmt.Printf("the host sees %q\n", buf)
+
+	// The host takes it back: Revoke returns once the importer
+	// acknowledged.
+	if err := exp.Revoke(ctx); err != nil {
+		panic(err)
+	}
+	<-imp.Revoked()
+	_, err = r.ReadAt(p, 0)
+	fmt.Println(err != nil)
+	// Output:
+	// read "hello from the host's memory"
+	// the host sees "HELLO from the host's memory"
+	// true
+}

@@ -1,0 +1,273 @@
+package share_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Raw frames of the control protocol (docs/share-protocol.md), for peers
+// that do not follow it.
+func rawWrite(w io.Writer, typ byte, p []byte) error {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(1+len(p)))
+	_, err := w.Write(append(append(b, typ), p...))
+	return err
+}
+
+func rawRead(r io.Reader) (byte, []byte, error) {
+	var h [5]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	p := make([]byte, binary.LittleEndian.Uint32(h[:])-1)
+	_, err := io.ReadFull(r, p)
+	return h[4], p, err
+}
+
+func rawHello(proto uint16) []byte {
+	v := ucs.LoadedVersion()
+	b := binary.LittleEndian.AppendUint16([]byte("UCXSHARE"), proto)
+	return append(b, byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0)
+}
+
+// A peer that never proves the secret gets no grant, even for a region
+// added while it waits, and its data connection (with the token it saw)
+// reaches nothing.
+func TestNoGrantBeforeProof(t *testing.T) {
+	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithHandshakeTimeout(time.Second))
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	require.NoError(t, rawWrite(c, 1, rawHello(1)))
+	typ, hello, err := rawRead(c)
+	require.NoError(t, err)
+	require.Equal(t, byte(2), typ)
+	token, port := hello[30:46], binary.LittleEndian.Uint16(hello[46:])
+
+	uctx, err := ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
+	require.NoError(t, err)
+	defer uctx.Close()
+	w, err := uctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	run, stop := context.WithCancel(context.Background())
+	defer stop()
+	go w.Run(run)
+	ep, err := w.Connect("127.0.0.1:" + strconv.Itoa(int(port)))
+	require.NoError(t, err)
+	defer ep.Close(context.Background(), ucp.CloseForce)
+	if req, err := ep.SendAM(0x5e01, token, nil, ucp.AMReply); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		req.Wait(ctx) // refused: the exporter admits no data connection before the proof
+		cancel()
+	}
+	require.NoError(t, e.Add("payroll", bytes.Repeat([]byte("TOP-SECRET "), 100), ucp.ProtRemoteRead))
+	typ, _, err = rawRead(c)
+	if err == nil {
+		assert.Equal(t, byte(3), typ, "the only frame after the hello is a refusal at the deadline")
+	}
+	assert.Equal(t, int64(0), e.Stats().Grants)
+}
+
+// gated holds the exporter's first write of frame type gate until
+// released, so that a test can act in the middle of a handshake.
+type gated struct {
+	net.Listener
+	gate             byte
+	blocked, release chan struct{}
+	once             sync.Once
+}
+
+type gatedConn struct {
+	net.Conn
+	l *gated
+}
+
+func (l *gated) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &gatedConn{c, l}, nil
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if len(p) >= 5 && p[4] == c.l.gate {
+		c.l.once.Do(func() { close(c.l.blocked); <-c.l.release })
+	}
+	return n, err
+}
+
+func gate(t *testing.T, frame byte) (*gated, *share.Exporter) {
+	raw := listen(t)
+	g := &gated{Listener: raw, gate: frame, blocked: make(chan struct{}), release: make(chan struct{})}
+	e, err := share.NewExporter(sealer(t))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(g) }()
+	t.Cleanup(func() {
+		assert.NoError(t, e.Close())
+		assert.NoError(t, <-done)
+	})
+	return g, e
+}
+
+func dialAsync(t *testing.T, addr string) <-chan *share.Importer {
+	out := make(chan *share.Importer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		imp, err := share.Dial(ctx, "tcp", addr, sealer(t))
+		assert.NoError(t, err)
+		out <- imp
+	}()
+	return out
+}
+
+// A region added while a session is in its handshake (between the proof
+// and the grants) is granted once, and Close returns.
+func TestAddDuringHandshakeGrantsOnce(t *testing.T) {
+	g, e := gate(t, 10) // hold "accepted"
+	dialed := dialAsync(t, g.Addr().String())
+	<-g.blocked
+	added := make(chan error, 1)
+	go func() { added <- e.Add("a", make([]byte, 4096), ucp.ProtRemoteRead) }()
+	time.Sleep(100 * time.Millisecond)
+	close(g.release)
+	imp := <-dialed
+	require.NotNil(t, imp)
+	require.NoError(t, <-added)
+	require.Eventually(t, func() bool { return len(imp.Regions()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int64(1), e.Stats().Grants, "one grant for one region and one session")
+	closed := make(chan struct{})
+	go func() { imp.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Importer.Close did not return")
+	}
+}
+
+// A region removed while a session receives its first grants: the
+// session opens, and the region is revoked in it once Remove returned.
+func TestRemoveDuringHandshake(t *testing.T) {
+	g, e := gate(t, 4) // hold the first grant
+	for i := range 20 {
+		require.NoError(t, e.Add("r"+strconv.Itoa(i), make([]byte, 4096), ucp.ProtRemoteRead))
+	}
+	dialed := dialAsync(t, g.Addr().String())
+	<-g.blocked
+	removed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		removed <- e.Remove(ctx, "r1")
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(g.release)
+	imp := <-dialed
+	require.NotNil(t, imp)
+	require.NoError(t, <-removed)
+	defer imp.Close()
+	if r, err := imp.Region("r1"); err == nil {
+		_, err = r.ReadAt(make([]byte, 8), 0)
+		assert.ErrorIs(t, err, share.ErrRevoked)
+	}
+	r, err := imp.Region("r2")
+	require.NoError(t, err)
+	_, err = r.ReadAt(make([]byte, 8), 0)
+	assert.NoError(t, err)
+}
+
+// A grant replayed on the control connection (it authenticates and names
+// this session) is refused: the importer ends the session, and nothing
+// reads the region after the exporter's Remove.
+func TestReplayedGrantRefused(t *testing.T) {
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", bytes.Repeat([]byte("abcdefgh"), 512), ucp.ProtRemoteRead))
+	pl := listen(t)
+	var mu sync.Mutex
+	var grant []byte
+	var toImp net.Conn
+	go func() {
+		ci, err := pl.Accept()
+		if err != nil {
+			return
+		}
+		ce, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		toImp = ci
+		mu.Unlock()
+		go func() { io.Copy(ce, ci); ce.Close() }()
+		for {
+			typ, p, err := rawRead(ce)
+			if err != nil {
+				ci.Close()
+				return
+			}
+			mu.Lock()
+			if typ == 4 && grant == nil {
+				grant = p
+			}
+			rawWrite(ci, typ, p)
+			mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	imp, err := share.Dial(ctx, "tcp", pl.Addr().String(), sealer(t))
+	require.NoError(t, err)
+	defer imp.Close()
+	r, err := imp.Region("a")
+	require.NoError(t, err)
+	mu.Lock()
+	require.NoError(t, rawWrite(toImp, 4, grant))
+	mu.Unlock()
+	select {
+	case <-imp.Revoked():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replay was not refused")
+	}
+	assert.True(t, errors.Is(imp.Err(), share.ErrRevoked))
+	assert.ErrorContains(t, imp.Err(), "replayed")
+	require.NoError(t, e.Remove(ctx, "a"))
+	_, err = r.ReadAt(make([]byte, 8), 0)
+	assert.ErrorIs(t, err, share.ErrRevoked)
+}
+
+// A hello of another protocol version is refused by its version, whatever
+// its length.
+func TestOtherVersionRefusedByVersion(t *testing.T) {
+	_, addr := serve(t)
+	for _, hello := range [][]byte{rawHello(2), append(rawHello(2), 0, 0, 0)} {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		require.NoError(t, rawWrite(c, 1, hello))
+		typ, p, err := rawRead(c)
+		c.Close()
+		require.NoError(t, err)
+		require.Equal(t, byte(3), typ)
+		assert.Equal(t, byte(0), p[0], "cause: refused, not a protocol violation")
+		assert.Contains(t, string(p[1:]), "protocol version 2")
+	}
+}

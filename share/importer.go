@@ -1,0 +1,643 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
+)
+
+// Defaults of the importer's options.
+const (
+	DefaultDepth   = 4
+	DefaultChunk   = 512 << 10
+	DefaultStaging = 4 << 20
+)
+
+// ImporterOption configures Dial and Open.
+type ImporterOption func(*importerOptions)
+
+type importerOptions struct {
+	want      Mode
+	depth     int
+	chunk     int
+	staging   int
+	handshake time.Duration
+	config    [][2]string
+	name      string
+	skew      time.Duration
+}
+
+// WithRequireMode makes the session fail unless the exporter runs in mode
+// m (default ModeAuto: whichever it offers).
+func WithRequireMode(m Mode) ImporterOption { return func(o *importerOptions) { o.want = m } }
+
+// WithDepth bounds the RMA operations one call keeps in flight (default
+// DefaultDepth).
+func WithDepth(n int) ImporterOption { return func(o *importerOptions) { o.depth = n } }
+
+// WithChunk is the size of one RMA operation of a call (default
+// DefaultChunk).
+func WithChunk(n int) ImporterOption { return func(o *importerOptions) { o.chunk = n } }
+
+// WithStaging is the size of the staging buffer offload uses in rkey mode
+// (default DefaultStaging): the largest active message SendAM and
+// ReceiveAM move there.
+func WithStaging(n int) ImporterOption { return func(o *importerOptions) { o.staging = n } }
+
+// WithDialTimeout bounds the session's handshake (default
+// DefaultHandshakeTimeout), within the ctx of Dial or Open.
+func WithDialTimeout(d time.Duration) ImporterOption {
+	return func(o *importerOptions) { o.handshake = d }
+}
+
+// WithClockSkew is how far the exporter's clock may run ahead of this
+// one's when a grant's issue time is checked (default 2s).
+func WithClockSkew(d time.Duration) ImporterOption { return func(o *importerOptions) { o.skew = d } }
+
+// WithImporterUCXConfig sets a UCX configuration value of the importer's
+// context (ucp.WithConfig), after those export mode applies.
+func WithImporterUCXConfig(name, value string) ImporterOption {
+	return func(o *importerOptions) { o.config = append(o.config, [2]string{name, value}) }
+}
+
+// WithImporterExpvarName publishes the importer's Stats through package
+// expvar, as the key "importer.<name>" of the map "ucxshare", until Close.
+func WithImporterExpvarName(name string) ImporterOption {
+	return func(o *importerOptions) { o.name = name }
+}
+
+// Importer is one session with an exporter: the regions it granted, read
+// and written in place through ReadAt and WriteAt, and moved to or from
+// third peers by the offload calls. It owns a UCX context and worker
+// (Worker, for endpoints to third peers). Close drops every key and
+// acknowledges; an importer that dies or loses its connection is cut off
+// by the exporter.
+type Importer struct {
+	conn   net.Conn
+	sealer Sealer
+	o      importerOptions
+	hello  *exporterHello
+	ctx    *ucp.Context
+	w      *ucp.Worker
+	ep     *ucp.Endpoint // rkey mode
+
+	runStop context.CancelFunc
+	runDone chan struct{}
+
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	regions  map[string]*Region
+	closed   bool
+	endErr   error
+	revoked  chan struct{}
+	readDone chan struct{}
+	// loopStarted: the read loop runs (after the handshake), and closes
+	// readDone when it ends.
+	loopStarted bool
+	lastGen     uint64 // the newest generation granted in this session
+	closing     bool   // shutting down: grants for new regions are dropped
+	regionsWG   sync.WaitGroup
+
+	st importerCounters
+}
+
+// Dial connects to an exporter's control address (network and address as
+// net.Dialer takes them) and opens a session: see Open.
+func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...ImporterOption) (*Importer, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, &ucs.Error{Op: "share: dial", Err: ucs.ErrUnreachable, Wrapped: err}
+	}
+	imp, err := Open(ctx, c, sealer, opts...)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return imp, nil
+}
+
+// Open opens a session over conn, a connection to an exporter's Serve: the
+// hello (protocol version and both UCX releases, checked on both sides),
+// the proof that this side holds the sealing secret, and the exporter's
+// grants, each opened with sealer and checked field by field before any
+// byte of its key reaches UCX. It returns once every region the exporter
+// shares is usable. The Importer owns conn from then on.
+func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOption) (*Importer, error) {
+	const op = "share: open session"
+	if sealer == nil {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "a Sealer is required (NewHMACSealer)")
+	}
+	o := importerOptions{depth: DefaultDepth, chunk: DefaultChunk, staging: DefaultStaging,
+		handshake: DefaultHandshakeTimeout, skew: 2 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.depth < 1 || o.chunk < 1 || o.staging < 1 || o.handshake <= 0 || o.skew < 0 {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "depth, chunk, staging and timeouts must be positive")
+	}
+	imp := &Importer{conn: conn, sealer: sealer, o: o, regions: map[string]*Region{},
+		revoked: make(chan struct{}), readDone: make(chan struct{})}
+	hctx, cancel := context.WithTimeout(ctx, o.handshake)
+	defer cancel()
+	stop := context.AfterFunc(hctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	err := imp.handshake(hctx)
+	if !stop() {
+		err = errors.Join(err, hctx.Err())
+	}
+	if err != nil {
+		imp.shutdown("the session did not open")
+		if hctx.Err() != nil {
+			return nil, &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "the handshake did not finish", Wrapped: err}
+		}
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	imp.loopStarted = true
+	go imp.readLoop()
+	if o.name != "" {
+		publish("importer."+o.name, func() any { return imp.Stats() })
+	}
+	return imp, nil
+}
+
+func (imp *Importer) send(t frameType, p []byte) error {
+	imp.wmu.Lock()
+	defer imp.wmu.Unlock()
+	imp.conn.SetWriteDeadline(time.Now().Add(imp.o.handshake))
+	return writeFrame(imp.conn, t, p)
+}
+
+func (imp *Importer) handshake(ctx context.Context) error {
+	const op = "share: open session"
+	local := ucs.LoadedVersion()
+	canImport := uct.HaveExportedMkey() == nil
+	if imp.o.want == ModeExport && !canImport {
+		return &ucs.Error{Op: op, Err: ucs.ErrUnsupported, Reason: "export mode required, and no memory domain here can import exported keys", Wrapped: uct.HaveExportedMkey()}
+	}
+	if err := imp.send(frameHelloImporter, (&importerHello{Proto: protoVersion, UCX: local, CanImport: canImport, Want: imp.o.want}).encode()); err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the hello", Wrapped: err}
+	}
+	t, p, err := readFrame(imp.conn)
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no hello from the exporter", Wrapped: err}
+	}
+	if t == frameRefuse {
+		return refusedBy(op, p)
+	}
+	if t != frameHelloExporter {
+		return protoErr(op, "the exporter's first frame is a %s, not a hello", t)
+	}
+	h, err := decodeExporterHello(p)
+	if err != nil {
+		return err
+	}
+	if h.Proto != protoVersion {
+		return &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the exporter speaks protocol version %d, this importer %d", h.Proto, protoVersion)}
+	}
+	if err := compatible(h.UCX, local); err != nil {
+		return err
+	}
+	if imp.o.want != ModeAuto && h.Mode != imp.o.want {
+		return &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("%s mode required, and the exporter offers %s mode", imp.o.want, h.Mode)}
+	}
+	imp.hello = h
+	proof, err := imp.sealer.Seal(proofMessage(h.Session, h.Exporter))
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
+	}
+	if err := imp.send(frameProof, proof); err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the proof", Wrapped: err}
+	}
+	// The exporter checks the proof before this side's UCX connects.
+	if t, p, err = readFrame(imp.conn); err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no answer to the proof", Wrapped: err}
+	}
+	switch t {
+	case frameAccepted:
+		if len(p) != 0 {
+			return protoErr(op, "an accepted frame with %d bytes", len(p))
+		}
+	case frameRefuse:
+		return refusedBy(op, p)
+	default:
+		return protoErr(op, "expected the exporter to accept the proof, got a %s", t)
+	}
+	features := ucp.FeatureRMA | ucp.FeatureAM
+	var copts []ucp.ContextOption
+	if h.Mode == ModeExport {
+		features |= ucp.FeatureExportedMemh
+		for _, kv := range ExportModeConfig {
+			copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
+		}
+	}
+	for _, kv := range imp.o.config {
+		copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
+	}
+	copts = append(copts, ucp.WithFeatures(features), ucp.WithName("ucxshare-importer"))
+	if imp.ctx, err = ucp.NewContext(copts...); err != nil {
+		return err
+	}
+	if imp.w, err = imp.ctx.NewWorker(); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	imp.runStop, imp.runDone = stop, make(chan struct{})
+	go func() { defer close(imp.runDone); imp.w.Run(runCtx) }()
+	if h.Mode == ModeRkey {
+		host, _, err := net.SplitHostPort(imp.conn.RemoteAddr().String())
+		if err != nil {
+			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote address is not host:port", Wrapped: err}
+		}
+		ap, err := netip.ParseAddr(host)
+		if err != nil {
+			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote host is not an IP address", Wrapped: err}
+		}
+		if imp.ep, err = imp.w.Connect(netip.AddrPortFrom(ap.Unmap(), h.DataPort).String()); err != nil {
+			return imp.bothReleases(err)
+		}
+		req, err := imp.ep.SendAM(amBind, h.Session[:], nil, ucp.AMReply)
+		if err != nil {
+			return imp.bothReleases(err)
+		}
+		if err := req.Wait(ctx); err != nil {
+			return imp.bothReleases(err)
+		}
+	}
+	// Grants until ready.
+	for {
+		t, p, err := readFrame(imp.conn)
+		if err != nil {
+			return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the exporter's grants did not arrive", Wrapped: err}
+		}
+		switch t {
+		case frameGrant:
+			g, err := imp.openGrant(p)
+			if err != nil {
+				imp.send(frameRefuse, encodeRefuse(err))
+				return err
+			}
+			imp.mu.Lock()
+			r := imp.regions[g.Region]
+			imp.mu.Unlock()
+			if r != nil { // a newer grant of a region granted in this handshake
+				r.events <- regionEvent{grant: g}
+				continue
+			}
+			r = imp.newRegion(g)
+			if err := r.install(ctx, g); err != nil {
+				imp.send(frameRefuse, encodeRefuse(err))
+				return imp.bothReleases(err)
+			}
+		case frameRevoke:
+			if err := imp.onRevoke(p); err != nil {
+				imp.send(frameRefuse, encodeRefuse(err))
+				return err
+			}
+		case frameReady:
+			if len(p) != 0 {
+				return protoErr(op, "a ready frame with %d bytes", len(p))
+			}
+			return nil
+		case frameRefuse:
+			return refusedBy(op, p)
+		default:
+			return protoErr(op, "unexpected %s frame during the handshake", t)
+		}
+	}
+}
+
+func refusedBy(op string, p []byte) error {
+	cause, reason := decodeRefuse(p)
+	return &ucs.Error{Op: op, Err: cause, Reason: "the exporter refused: " + reason}
+}
+
+// bothReleases adds both sides' UCX releases to a UCX error met while
+// setting up the data path, as a mixed pair is the likely cause.
+func (imp *Importer) bothReleases(err error) error {
+	var e *ucs.Error
+	if !errors.As(err, &e) || imp.hello == nil {
+		return err
+	}
+	c := *e
+	c.Reason = fmt.Sprintf("%s (exporter on UCX %s, importer on UCX %s)", e.Reason, imp.hello.UCX, ucs.LoadedVersion())
+	return &c
+}
+
+// openGrant authenticates a sealed grant and checks every field against
+// the session before any byte of the key is used.
+func (imp *Importer) openGrant(sealed []byte) (*grant, error) {
+	const op = "share: open grant"
+	msg, err := imp.sealer.Open(sealed)
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ErrSeal, Reason: "the grant does not authenticate under this importer's secret (a different secret, or altered on the way)"}
+	}
+	g, err := decodeGrant(msg)
+	if err != nil {
+		return nil, err
+	}
+	h := imp.hello
+	bad := func(f string, args ...any) error {
+		return &ucs.Error{Op: op, Err: ErrGrant, Reason: fmt.Sprintf(f, args...)}
+	}
+	now := time.Now()
+	switch {
+	case g.UCX != h.UCX:
+		return nil, bad("the grant says UCX %s, the exporter's hello %s", g.UCX, h.UCX)
+	case g.Exporter != h.Exporter:
+		return nil, bad("the grant names another exporter")
+	case g.Session != h.Session:
+		return nil, bad("the grant is for another session")
+	case g.Mode != h.Mode:
+		return nil, bad("a %s-mode grant in a %s-mode session", g.Mode, h.Mode)
+	case checkRegionID(op, g.Region) != nil:
+		return nil, bad("region id of %d bytes is not 1 to %d bytes of UTF-8", len(g.Region), maxRegionID)
+	case g.Gen == 0:
+		return nil, bad("generation 0")
+	case g.Prot&^uint32(ucp.ProtAll) != 0 || g.Prot&uint32(ucp.ProtRemoteRead|ucp.ProtRemoteWrite) == 0:
+		return nil, bad("protection %#x grants neither remote read nor remote write, or has unknown bits", g.Prot)
+	case g.Length == 0 || g.Length > 1<<48 || g.Address+g.Length < g.Address:
+		return nil, bad("%d bytes at %#x is not a region", g.Length, g.Address)
+	case g.Issued.After(now.Add(imp.o.skew)):
+		return nil, bad("issued %s in the future (more than the %s clock skew allowed)", g.Issued.Sub(now).Round(time.Millisecond), imp.o.skew)
+	case !g.Expires.After(g.Issued):
+		return nil, bad("it expires before it was issued")
+	case !g.Expires.After(now):
+		return nil, &ucs.Error{Op: op, Err: ErrRevoked, Reason: fmt.Sprintf("the grant for region %q expired %s ago", g.Region, now.Sub(g.Expires).Round(time.Millisecond))}
+	case len(g.Key) == 0:
+		return nil, bad("an empty key")
+	}
+	if g.Mode == ModeExport {
+		d, err := ucp.ParseDescriptor(g.Key)
+		if err != nil {
+			return nil, &ucs.Error{Op: op, Err: ErrGrant, Reason: "its key is not an exported descriptor", Wrapped: err}
+		}
+		if d.Address() != g.Address || d.Length() != g.Length {
+			return nil, bad("the descriptor maps %d bytes at %#x, the grant says %d at %#x", d.Length(), d.Address(), g.Length, g.Address)
+		}
+	}
+	// Generations reach the importer in increasing order: an older or
+	// repeated one is a replay.
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if g.Gen <= imp.lastGen {
+		return nil, bad("generation %d after generation %d: replayed or out of order", g.Gen, imp.lastGen)
+	}
+	imp.lastGen = g.Gen
+	return g, nil
+}
+
+// readLoop handles the exporter's frames after the handshake.
+func (imp *Importer) readLoop() {
+	defer close(imp.readDone)
+	for {
+		t, p, err := readFrame(imp.conn)
+		if err != nil {
+			reason := "the exporter's control connection ended"
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				reason += ": " + err.Error()
+			}
+			imp.endAll(reason)
+			return
+		}
+		switch t {
+		case frameGrant:
+			g, err := imp.openGrant(p)
+			if err != nil {
+				imp.st.errors.Add(1)
+				imp.send(frameRefuse, encodeRefuse(err))
+				imp.endAll("a grant was refused: " + err.Error())
+				return
+			}
+			if r := imp.regionFor(g); r != nil {
+				r.events <- regionEvent{grant: g}
+			}
+		case frameRevoke:
+			if err := imp.onRevoke(p); err != nil {
+				imp.send(frameRefuse, encodeRefuse(err))
+				imp.endAll(err.Error())
+				return
+			}
+		case frameBye:
+			imp.endAll("the exporter ended the session")
+			return
+		case frameRefuse:
+			_, why := decodeRefuse(p)
+			imp.endAll("the exporter ended the session: " + why)
+			return
+		default:
+			err := protoErr("share: session", "the exporter sent an unexpected %s frame", t)
+			imp.send(frameRefuse, encodeRefuse(err))
+			imp.endAll(err.Error())
+			return
+		}
+	}
+}
+
+// onRevoke hands a revocation to its region, in order with its grants.
+func (imp *Importer) onRevoke(p []byte) error {
+	m, err := decodeRevoke(p)
+	if err != nil {
+		return err
+	}
+	imp.mu.Lock()
+	r := imp.regions[m.Region]
+	imp.mu.Unlock()
+	if r != nil {
+		imp.st.revocations.Add(1)
+		r.events <- regionEvent{revoke: m}
+	}
+	return nil
+}
+
+// endAll revokes every region locally: the session is over.
+func (imp *Importer) endAll(reason string) {
+	imp.mu.Lock()
+	if imp.endErr == nil {
+		imp.endErr = &ucs.Error{Op: "share: session", Err: ErrRevoked, Reason: reason}
+		close(imp.revoked)
+	}
+	rs := imp.regionList()
+	imp.mu.Unlock()
+	for _, r := range rs {
+		r.events <- regionEvent{end: reason}
+	}
+}
+
+func (imp *Importer) regionList() []*Region {
+	rs := make([]*Region, 0, len(imp.regions))
+	for _, r := range imp.regions {
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].id < rs[j].id })
+	return rs
+}
+
+// Regions are the regions granted in this session, sorted by id.
+func (imp *Importer) Regions() []*Region {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.regionList()
+}
+
+// Region is the region id, or an error wrapping ucs.ErrNoElem.
+func (imp *Importer) Region(id string) (*Region, error) {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if r := imp.regions[id]; r != nil {
+		return r, nil
+	}
+	return nil, errs.New("share: region", ucs.ErrNoElem, "the exporter shares no region %q in this session", id)
+}
+
+// Mode is the exporter's mode for this session.
+func (imp *Importer) Mode() Mode { return imp.hello.Mode }
+
+// ExporterUCX is the exporter's UCX release.
+func (imp *Importer) ExporterUCX() ucs.Version { return imp.hello.UCX }
+
+// Worker is the importer's UCX worker, for endpoints to third peers that
+// the offload calls use. The Importer progresses and closes it.
+func (imp *Importer) Worker() *ucp.Worker { return imp.w }
+
+// Context is the importer's UCX context, for memory the offload calls and
+// the third peers use. The Importer closes it.
+func (imp *Importer) Context() *ucp.Context { return imp.ctx }
+
+// Revoked is closed when the session is over: the exporter revoked this
+// importer, ended the session, or its connection ended. Every region is
+// revoked then. Err says why.
+func (imp *Importer) Revoked() <-chan struct{} { return imp.revoked }
+
+// Err is why the session is over (an error wrapping ErrRevoked), or nil
+// while it lasts.
+func (imp *Importer) Err() error {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.endErr
+}
+
+// Close ends the session: new operations fail, those in flight finish
+// (bounded by the dial timeout; after it the endpoint is closed by force,
+// which fails them), writes are flushed to the exporter's memory, every
+// key and mapping is released, and the exporter is told (which
+// acknowledges every grant). Close is safe to call more than once and
+// from several goroutines, in any order with the regions' calls.
+func (imp *Importer) Close() error {
+	imp.mu.Lock()
+	if imp.closed {
+		imp.mu.Unlock()
+		<-imp.readDone
+		return nil
+	}
+	imp.closed = true
+	imp.mu.Unlock()
+	imp.shutdown("the importer was closed")
+	if imp.o.name != "" {
+		unpublish("importer." + imp.o.name)
+	}
+	return nil
+}
+
+// shutdown retires every region, says bye, and closes the connection and
+// the UCX side. The read loop, if it ran, has ended when it returns.
+func (imp *Importer) shutdown(reason string) {
+	imp.mu.Lock()
+	imp.closing = true // no region is made from now on
+	rs := imp.regionList()
+	imp.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+	defer cancel()
+	retired := make(chan struct{})
+	go func() {
+		defer close(retired)
+		for _, r := range rs {
+			r.retireAll(ctx, reason)
+		}
+	}()
+	select {
+	case <-retired:
+	case <-ctx.Done():
+		// Calls still wait for operations the exporter does not answer:
+		// closing the endpoint by force fails them.
+		if imp.ep != nil {
+			fctx, fcancel := context.WithTimeout(context.Background(), imp.o.handshake)
+			imp.ep.Close(fctx, ucp.CloseForce)
+			fcancel()
+		}
+		<-retired
+	}
+	imp.send(frameBye, nil)
+	imp.conn.Close()
+	if imp.loopStarted {
+		<-imp.readDone
+	}
+	imp.mu.Lock()
+	if imp.endErr == nil {
+		imp.endErr = &ucs.Error{Op: "share: session", Err: ucs.ErrClosed, Reason: reason}
+		close(imp.revoked)
+	}
+	imp.mu.Unlock()
+	for _, r := range rs {
+		close(r.events)
+	}
+	imp.regionsWG.Wait()
+	imp.teardown()
+}
+
+// teardown closes the UCX side.
+func (imp *Importer) teardown() {
+	if imp.ep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+		if imp.ep.Close(ctx, ucp.CloseFlush) != nil {
+			imp.ep.Close(ctx, ucp.CloseForce)
+		}
+		cancel()
+	}
+	for _, r := range imp.Regions() {
+		r.releaseStaging()
+	}
+	if imp.runStop != nil {
+		imp.runStop()
+		<-imp.runDone
+	}
+	if imp.w != nil {
+		imp.w.Close()
+	}
+	if imp.ctx != nil {
+		imp.ctx.Close()
+	}
+}
+
+// Stats returns the importer's counters.
+func (imp *Importer) Stats() ImporterStats {
+	c := &imp.st
+	st := ImporterStats{Mode: imp.hello.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+		Reads: c.reads.Load(), Writes: c.writes.Load(), Revocations: c.revocations.Load(),
+		Rotations: c.rotations.Load(), Errors: c.errors.Load()}
+	var oldest time.Time
+	for _, r := range imp.Regions() {
+		st.Regions++
+		r.mu.Lock()
+		if r.cur != nil && (oldest.IsZero() || r.cur.g.Issued.Before(oldest)) {
+			oldest = r.cur.g.Issued
+		}
+		r.mu.Unlock()
+	}
+	if !oldest.IsZero() {
+		st.LeaseAge = time.Since(oldest)
+	}
+	return st
+}

@@ -1,0 +1,454 @@
+package share
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Region is one region of the exporter's memory as this session reaches
+// it: ReadAt and WriteAt (io.ReaderAt, io.WriterAt) move bytes in place,
+// pipelined, the same way in export and rkey mode, and the offload calls
+// move them to and from third peers. A rotation switches it to the new
+// grant without failing a call; a revocation fails every later call with
+// an error wrapping ErrRevoked, and calls never touch the exporter's
+// memory after the importer acknowledged it.
+type Region struct {
+	imp    *Importer
+	id     string
+	length int
+	events chan regionEvent
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	cur     *igen // nil while switching or once revoked
+	busy    bool  // a switch is in progress: calls wait
+	err     error // set: revoked, calls fail with it
+	revoked chan struct{}
+
+	stagingMu sync.Mutex
+	staging   *ucp.Mem
+}
+
+type regionEvent struct {
+	grant  *grant
+	revoke *revokeMsg
+	end    string
+}
+
+// igen is a generation in use: the grant and how calls reach the memory.
+type igen struct {
+	g    *grant
+	rr   ucp.RemoteRegion
+	key  *ucp.RemoteKey   // rkey mode
+	mem  *ucp.Mem         // export mode: the imported mapping
+	lr   *ucp.LocalRegion // export mode: its loopback region
+	refs int
+}
+
+func (imp *Importer) newRegion(g *grant) *Region {
+	r := &Region{imp: imp, id: g.Region, length: int(g.Length), events: make(chan regionEvent, 16), revoked: make(chan struct{})}
+	r.cond.L = &r.mu
+	imp.mu.Lock()
+	imp.regions[g.Region] = r
+	imp.mu.Unlock()
+	imp.regionsWG.Add(1)
+	go r.loop()
+	return r
+}
+
+// regionFor is the region a later grant is for, made if new.
+func (imp *Importer) regionFor(g *grant) *Region {
+	imp.mu.Lock()
+	r, closing := imp.regions[g.Region], imp.closing
+	imp.mu.Unlock()
+	if r != nil || closing {
+		return r // nil while closing: the bye acknowledges the grant
+	}
+	return imp.newRegion(g)
+}
+
+// ID is the region's id, as the exporter named it.
+func (r *Region) ID() string { return r.id }
+
+// Len is the region's length in bytes.
+func (r *Region) Len() int { return r.length }
+
+// Revoked is closed once the region is revoked (a rotation is not a
+// revocation).
+func (r *Region) Revoked() <-chan struct{} { return r.revoked }
+
+// Err is why the region is revoked, or nil.
+func (r *Region) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Expires is when the grant in use ends, unless rotated first.
+func (r *Region) Expires() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil {
+		return time.Time{}
+	}
+	return r.cur.g.Expires
+}
+
+// loop applies the exporter's grants and revocations in order.
+func (r *Region) loop() {
+	defer r.imp.regionsWG.Done()
+	for ev := range r.events {
+		switch {
+		case ev.grant != nil:
+			r.rotate(ev.grant)
+		case ev.revoke != nil:
+			r.revoke(ev.revoke)
+		case ev.end != "":
+			ctx, cancel := context.WithTimeout(context.Background(), r.imp.o.handshake)
+			r.retireAll(ctx, ev.end)
+			cancel()
+		}
+	}
+}
+
+// install makes g the generation in use; ctx bounds the key's unpack.
+func (r *Region) install(ctx context.Context, g *grant) error {
+	n, err := r.open(ctx, g)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cur, r.err = n, nil
+	r.mu.Unlock()
+	return nil
+}
+
+// open reaches g's memory: the packed region unpacked on the exporter's
+// endpoint (rkey mode), or the descriptor imported and reached through a
+// loopback region (export mode).
+func (r *Region) open(ctx context.Context, g *grant) (*igen, error) {
+	imp := r.imp
+	if g.Mode == ModeRkey {
+		rr, err := imp.ep.UnpackRegion(ctx, g.Key)
+		if err != nil {
+			return nil, err
+		}
+		if rr.Base() != g.Address || uint64(rr.Len()) != g.Length {
+			rr.Key().Close()
+			return nil, &ucs.Error{Op: "share: open grant", Err: ErrGrant, Reason: fmt.Sprintf("the packed region is %d bytes at %#x, the grant says %d at %#x", rr.Len(), rr.Base(), g.Length, g.Address)}
+		}
+		return &igen{g: g, rr: rr, key: rr.Key()}, nil
+	}
+	d, err := ucp.ParseDescriptor(g.Key)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := imp.ctx.Import(d)
+	if err != nil {
+		return nil, err
+	}
+	lr, err := imp.w.LocalRegion(ctx, mem)
+	if err != nil {
+		mem.Close()
+		return nil, err
+	}
+	return &igen{g: g, rr: lr.RemoteRegion, mem: mem, lr: lr}, nil
+}
+
+// rotate switches to the newer grant g and acknowledges the old one once
+// no call uses it. In rkey mode the new key is unpacked first and calls go
+// on meanwhile; in export mode the old mapping must be gone before the
+// new one of the same range is imported, so calls wait for the switch.
+func (r *Region) rotate(g *grant) {
+	imp := r.imp
+	ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+	defer cancel()
+	var next *igen
+	var err error
+	if g.Mode == ModeRkey {
+		next, err = r.open(ctx, g)
+	}
+	r.mu.Lock()
+	old := r.cur
+	r.cur, r.busy = nil, true
+	for old != nil && old.refs > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	if old != nil {
+		r.retire(ctx, old)
+		imp.st.rotations.Add(1)
+	}
+	if g.Mode == ModeExport {
+		next, err = r.open(ctx, g)
+	}
+	r.mu.Lock()
+	r.busy = false
+	if err != nil {
+		r.setErrLocked(&ucs.Error{Op: "share: rotate", Err: ErrRevoked, Reason: "the new grant could not be used", Wrapped: err})
+	} else {
+		r.cur = next
+		if r.err != nil { // a region removed and shared again
+			r.err = nil
+			r.revoked = make(chan struct{})
+		}
+	}
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	if err != nil {
+		imp.st.errors.Add(1)
+		imp.send(frameRefuse, encodeRefuse(err))
+	}
+}
+
+// revoke drops the generation m names (every one for 0) and acknowledges.
+func (r *Region) revoke(m *revokeMsg) {
+	r.mu.Lock()
+	old := r.cur
+	if old == nil || (m.Gen != 0 && old.g.Gen != m.Gen) {
+		r.mu.Unlock()
+		return // retired already (a rotation acknowledged it)
+	}
+	r.cur = nil
+	r.setErrLocked(&ucs.Error{Op: "share: region " + r.id, Err: ErrRevoked, Reason: reasonText(m.Reason)})
+	for old.refs > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), r.imp.o.handshake)
+	defer cancel()
+	r.retire(ctx, old)
+}
+
+// retireAll revokes the region locally (the session is over) and drops its
+// generation.
+func (r *Region) retireAll(ctx context.Context, reason string) {
+	r.mu.Lock()
+	old := r.cur
+	r.cur = nil
+	r.setErrLocked(&ucs.Error{Op: "share: region " + r.id, Err: ErrRevoked, Reason: reason})
+	for old != nil && old.refs > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	if old != nil {
+		r.retire(ctx, old)
+	}
+}
+
+func (r *Region) setErrLocked(err error) {
+	if r.err == nil {
+		r.err = err
+		close(r.revoked)
+	}
+	r.cond.Broadcast()
+}
+
+// retire flushes what calls wrote through old, releases its key or
+// mapping, and acknowledges it to the exporter.
+// A write whose flush failed may still be on its way: then no
+// acknowledgement is sent, and the exporter, left waiting, closes the
+// session by force before it unmaps.
+func (r *Region) retire(ctx context.Context, old *igen) {
+	imp := r.imp
+	var err error
+	if old.key != nil {
+		err = old.rr.Flush(ctx)
+		old.key.Close()
+	}
+	if old.lr != nil {
+		err = old.lr.Close(ctx)
+		old.mem.Close()
+	}
+	if err != nil {
+		imp.st.errors.Add(1)
+		return
+	}
+	imp.send(frameAck, (&ackMsg{Gen: old.g.Gen, Region: old.g.Region}).encode())
+}
+
+// acquire is the generation a call uses, held until release.
+func (r *Region) acquire(op string, write bool) (*igen, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.busy && r.err == nil {
+		r.cond.Wait()
+	}
+	if r.err != nil {
+		return nil, &ucs.Error{Op: op, Err: ErrRevoked, Reason: "region " + r.id + " is revoked", Wrapped: r.err}
+	}
+	g := r.cur
+	if g == nil {
+		return nil, &ucs.Error{Op: op, Err: ErrRevoked, Reason: "region " + r.id + " has no grant in use"}
+	}
+	if !time.Now().Before(g.g.Expires) {
+		return nil, &ucs.Error{Op: op, Err: ErrRevoked, Reason: "the lease of region " + r.id + " expired at " + g.g.Expires.Format(time.RFC3339)}
+	}
+	need, what := ucp.ProtRemoteRead, "read"
+	if write {
+		need, what = ucp.ProtRemoteWrite, "write"
+	}
+	if ucp.Prot(g.g.Prot)&need == 0 {
+		return nil, errs.New(op, ucs.ErrNotImplemented, "region %s is not granted for remote %s", r.id, what)
+	}
+	g.refs++
+	return g, nil
+}
+
+func (r *Region) release(g *igen) {
+	r.mu.Lock()
+	g.refs--
+	if g.refs == 0 {
+		r.cond.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// span checks n bytes at off against the region.
+func (r *Region) span(op string, off int64, n int) error {
+	if off < 0 || off > int64(r.length) || int64(n) > int64(r.length)-off {
+		return errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d are outside region %s (%d bytes)", n, off, r.id, r.length)
+	}
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off (io.ReaderAt; fewer, with io.EOF,
+// where the region ends first).
+func (r *Region) ReadAt(p []byte, off int64) (int, error) {
+	return r.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx. The bytes move straight into p,
+// split into operations of WithChunk bytes, WithDepth of them in flight.
+// When ctx ends it starts no more and returns once those in flight have
+// completed or failed (Close fails them): p is never written after it
+// returns.
+func (r *Region) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	const op = "share: read"
+	if off >= 0 && off <= int64(r.length) && int64(len(p)) > int64(r.length)-off {
+		n, err := r.ReadAtContext(ctx, p[:int64(r.length)-off], off)
+		if err == nil {
+			err = io.EOF
+		}
+		return n, err
+	}
+	if err := r.span(op, off, len(p)); err != nil {
+		return 0, err
+	}
+	n, err := r.move(ctx, op, p, off, false)
+	r.imp.count(false, n, err)
+	return n, err
+}
+
+// WriteAt writes p at off (io.WriterAt) and returns once the bytes are in
+// the exporter's memory. A write that does not fit writes nothing.
+func (r *Region) WriteAt(p []byte, off int64) (int, error) {
+	return r.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt bounded by ctx, pipelined as ReadAtContext;
+// when ctx ends it starts no more, waits for those in flight, and returns
+// how far the bytes got in order.
+func (r *Region) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	const op = "share: write"
+	if err := r.span(op, off, len(p)); err != nil {
+		return 0, err
+	}
+	n, err := r.move(ctx, op, p, off, true)
+	r.imp.count(true, n, err)
+	return n, err
+}
+
+func (imp *Importer) count(write bool, n int, err error) {
+	if write {
+		imp.st.writes.Add(1)
+		imp.st.bytesWritten.Add(int64(n))
+	} else {
+		imp.st.reads.Add(1)
+		imp.st.bytesRead.Add(int64(n))
+	}
+	if err != nil {
+		imp.st.errors.Add(1)
+	}
+}
+
+// move runs the chunks of one call on the generation in use.
+func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write bool) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	g, err := r.acquire(op, write)
+	if err != nil {
+		return 0, err
+	}
+	defer r.release(g)
+	start := func(a, b int) (ucp.Request, error) {
+		if write {
+			return g.rr.Put(p[a:b], int(off)+a)
+		}
+		return g.rr.Get(p[a:b], int(off)+a)
+	}
+	n, err := pipeline(ctx, len(p), r.imp.o.chunk, r.imp.o.depth, start)
+	if write && err == nil {
+		if err = g.rr.Flush(ctx); err != nil {
+			n = 0
+		}
+	}
+	return n, err
+}
+
+// pipeline runs start over [0,total) in chunks, depth in flight; it
+// returns the length of the prefix that completed, and the first error.
+// Every request it started is complete when it returns.
+func pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int) (ucp.Request, error)) (int, error) {
+	type slot struct {
+		req  ucp.Request
+		a, b int
+	}
+	var ring [64]slot
+	depth = min(depth, len(ring))
+	head, tail := 0, 0 // ring[head%depth..tail%depth) in flight
+	next, done := 0, 0
+	var first error
+	for {
+		for first == nil && next < total && tail-head < depth {
+			if err := ctx.Err(); err != nil {
+				first = err
+				break
+			}
+			b := min(next+chunk, total)
+			req, err := start(next, b)
+			if err != nil {
+				first = err
+				break
+			}
+			ring[tail%depth] = slot{req, next, b}
+			tail++
+			next = b
+		}
+		if head == tail {
+			break
+		}
+		s := &ring[head%depth]
+		if err := s.req.Wait(context.Background()); err != nil && first == nil {
+			first = err
+		}
+		if first == nil && s.a == done {
+			done = s.b
+		}
+		head++
+	}
+	if first != nil {
+		if ce := ctx.Err(); ce != nil && first == ce {
+			first = &ucs.Error{Op: "share: transfer", Err: ucs.ErrTimedOut, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
+		}
+	}
+	return done, first
+}

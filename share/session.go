@@ -1,0 +1,480 @@
+package share
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Session is one importer's session at the exporter: its control
+// connection, its registrations (one per region and generation) and, in
+// rkey mode, its UCX endpoint. Revoking it does not disturb other
+// importers: their registrations are their own.
+type Session struct {
+	e       *Exporter
+	id      uint64
+	conn    net.Conn
+	token   [16]byte
+	started time.Time
+	ep      *ucp.Endpoint // rkey mode, once bound
+	peerUCX ucs.Version
+
+	wmu sync.Mutex // one frame at a time on conn
+
+	mu      sync.Mutex
+	gens    map[string][]*generation
+	nextGen uint64
+	ended   bool
+	endErr  error
+	done    chan struct{}
+
+	st sessionCounters
+
+	live     bool               // granted what is shared (under the exporter's lock)
+	bind     chan *ucp.Endpoint // rkey mode: the data endpoint, from its bind message
+	host     netip.Addr         // the importer's host, while its data connection is awaited
+	unpended bool
+}
+
+// unpend stops admitting data connections from the session's host on its
+// behalf (once).
+func (s *Session) unpend() {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.host.IsValid() && !s.unpended {
+		s.unpended = true
+		if e.pending[s.host]--; e.pending[s.host] <= 0 {
+			delete(e.pending, s.host)
+		}
+	}
+}
+
+// generation is one registration of a region for one session.
+type generation struct {
+	s        *Session
+	region   string
+	gen      uint64
+	mem      *ucp.Mem
+	issued   time.Time
+	expires  time.Time
+	revoking bool
+	lease    *time.Timer
+	gone     chan struct{} // closed once unmapped
+}
+
+// Done is closed when the session has ended and its registrations are
+// unmapped.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is why the session ended: nil while it runs and after a clean end
+// (the importer closed, or was revoked and acknowledged).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr
+}
+
+// Revoke revokes everything this importer holds and ends its session once
+// it acknowledged; other importers are not disturbed. It returns once the
+// importer cannot reach any region: when ctx ends first the session is
+// closed by force and the error says so.
+func (s *Session) Revoke(ctx context.Context) error {
+	err := revokeAll(ctx, "share: revoke session", []*Session{s}, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke)
+	s.end(nil, true)
+	return err
+}
+
+// gensOf is the session's live generations of region (every region for
+// ""), except gen skip.
+func (s *Session) gensOf(region string, skip uint64) []*generation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*generation
+	for id, gs := range s.gens {
+		if region != "" && id != region {
+			continue
+		}
+		for _, g := range gs {
+			if g.gen != skip {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+func (s *Session) send(t frameType, p []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.conn.SetWriteDeadline(time.Now().Add(s.e.o.ack))
+	return writeFrame(s.conn, t, p)
+}
+
+func (s *Session) refuse(err error) { s.send(frameRefuse, encodeRefuse(err)) }
+
+// serve runs the session: the handshake, the initial grants, then the
+// importer's acknowledgements until the session ends.
+func (s *Session) serve() {
+	if err := s.handshake(); err != nil {
+		s.e.st.refused.Add(1)
+		s.end(err, false)
+		return
+	}
+	if s.ep != nil {
+		go func() {
+			select {
+			case <-s.ep.Failed():
+				s.end(&ucs.Error{Op: "share: session", Err: ucs.ErrEndpointTimeout, Reason: "the importer's endpoint failed", Wrapped: s.ep.Err()}, false)
+			case <-s.done:
+			}
+		}()
+	}
+	for {
+		t, p, err := readFrame(s.conn)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = nil
+			}
+			s.end(err, false)
+			return
+		}
+		switch t {
+		case frameAck:
+			m, err := decodeAck(p)
+			if err != nil {
+				s.end(err, false)
+				return
+			}
+			s.acked(m)
+		case frameBye:
+			// The importer drained, flushed and dropped everything.
+			if len(p) != 0 {
+				s.end(protoErr("share: session", "a bye with %d bytes", len(p)), false)
+				return
+			}
+			s.end(nil, false)
+			return
+		case frameRefuse:
+			s.st.errors.Add(1)
+			s.e.st.errors.Add(1)
+			cause, why := decodeRefuse(p)
+			s.end(&ucs.Error{Op: "share: session", Err: cause, Reason: "the importer refused a grant: " + why}, false)
+			return
+		default:
+			s.end(protoErr("share: session", "unexpected %s frame from the importer", t), false)
+			return
+		}
+	}
+}
+
+func (s *Session) handshake() error {
+	const op = "share: session handshake"
+	e := s.e
+	deadline := time.Now().Add(e.o.handshake)
+	s.conn.SetDeadline(deadline)
+	t, p, err := readFrame(s.conn)
+	if err != nil {
+		return err
+	}
+	if t != frameHelloImporter {
+		return protoErr(op, "the first frame is a %s, not a hello", t)
+	}
+	h, err := decodeImporterHello(p)
+	if err != nil {
+		s.refuse(err)
+		return err
+	}
+	s.peerUCX = h.UCX
+	local := ucs.LoadedVersion()
+	if h.Proto != protoVersion {
+		err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "the importer speaks protocol version " + itoa(uint64(h.Proto)) + ", this exporter " + itoa(protoVersion)}
+	} else if err = compatible(local, h.UCX); err == nil {
+		switch {
+		case h.Want != ModeAuto && h.Want != e.mode:
+			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "the importer requires " + h.Want.String() + " mode; this exporter runs in " + e.mode.String() + " mode (" + e.why + ")"}
+		case e.mode == ModeExport && !h.CanImport:
+			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "this exporter runs in export mode and the importer has no memory domain that can import exported keys"}
+		}
+	}
+	if err != nil {
+		s.refuse(err)
+		return err
+	}
+	hello := exporterHello{Proto: protoVersion, UCX: local, Mode: e.mode, Exporter: e.id, Session: s.token}
+	if e.mode == ModeRkey {
+		e.mu.Lock()
+		hello.DataPort = e.data.Addr().Port()
+		e.mu.Unlock()
+	}
+	if err := s.send(frameHelloExporter, hello.encode()); err != nil {
+		return err
+	}
+	// The importer proves it holds the sealing secret before it gets any
+	// grant: its proof seals this session's token.
+	t, p, err = readFrame(s.conn)
+	if err != nil {
+		return err
+	}
+	if t != frameProof {
+		return protoErr(op, "expected the importer's proof, got a %s", t)
+	}
+	msg, oerr := e.sealer.Open(p)
+	if oerr != nil || !bytes.Equal(msg, proofMessage(s.token, e.id)) {
+		err := &ucs.Error{Op: op, Err: ErrSeal, Reason: "the importer's proof does not authenticate under this exporter's secret (the two sides hold different sealing secrets)"}
+		s.refuse(err)
+		return err
+	}
+	// Only now may this importer's host open a data connection, and only
+	// this session's token binds it.
+	if e.mode == ModeRkey {
+		e.mu.Lock()
+		s.bind = make(chan *ucp.Endpoint, 1)
+		e.binds[s.token] = s.bind
+		if ap, err := netip.ParseAddrPort(s.conn.RemoteAddr().String()); err == nil {
+			s.host = ap.Addr().Unmap()
+			e.pending[s.host]++
+		}
+		e.mu.Unlock()
+	}
+	if err := s.send(frameAccepted, nil); err != nil {
+		return err
+	}
+	if s.bind != nil {
+		select {
+		case ep := <-s.bind:
+			s.mu.Lock()
+			s.ep = ep
+			s.mu.Unlock()
+			s.unpend()
+		case <-time.After(time.Until(deadline)):
+			err := &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "the importer's UCX connection did not arrive"}
+			s.refuse(err)
+			return err
+		}
+	}
+	// The regions shared now are granted here; from the same instant the
+	// session is live, so a region added later is granted by Add, once.
+	e.mu.Lock()
+	regions := make([]*region, 0, len(e.order))
+	for _, id := range e.order {
+		regions = append(regions, e.regions[id])
+	}
+	s.live = true
+	e.mu.Unlock()
+	for _, r := range regions {
+		if err := s.grantNew(r); err != nil && !errors.Is(err, ucs.ErrNoElem) { // removed meanwhile
+			return err
+		}
+	}
+	if err := s.send(frameReady, nil); err != nil {
+		return err
+	}
+	s.conn.SetDeadline(time.Time{})
+	return nil
+}
+
+// grantNew registers r's memory afresh for this session and sends the
+// grant for it. The generation is numbered, recorded and sent under the
+// session's write lock, so that generations reach the importer in
+// increasing order and a revocation never precedes its grant; a region
+// Remove took away meanwhile is not granted.
+func (s *Session) grantNew(r *region) error {
+	const op = "share: grant"
+	e := s.e
+	mem, err := e.ctx.Register(r.b, ucp.WithProt(r.prot))
+	if err != nil {
+		return err
+	}
+	var key []byte
+	if e.mode == ModeExport {
+		key, err = mem.Export()
+	} else {
+		key, err = mem.PackRegion()
+	}
+	if err != nil {
+		mem.Close()
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	e.mu.Lock()
+	s.mu.Lock()
+	switch {
+	case s.ended:
+		err = &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: "the session ended"}
+	case r.removed:
+		err = &ucs.Error{Op: op, Err: ucs.ErrNoElem, Reason: "region " + r.id + " was removed"}
+	}
+	if err != nil {
+		s.mu.Unlock()
+		e.mu.Unlock()
+		mem.Close()
+		return err
+	}
+	s.nextGen++
+	now := time.Now()
+	g := &generation{s: s, region: r.id, gen: s.nextGen, mem: mem, issued: now, expires: now.Add(e.o.lease), gone: make(chan struct{})}
+	s.gens[r.id] = append(s.gens[r.id], g)
+	g.lease = time.AfterFunc(e.o.lease, func() { s.expire(g) })
+	s.mu.Unlock()
+	e.mu.Unlock()
+	sealed, err := e.sealer.Seal((&grant{Format: grantFormat, UCX: ucs.LoadedVersion(), Mode: e.mode, Exporter: e.id,
+		Session: s.token, Gen: g.gen, Prot: uint32(r.prot), Address: mem.Address(), Length: uint64(len(r.b)),
+		Issued: g.issued, Expires: g.expires, Region: r.id, Key: key}).encode())
+	if err != nil {
+		err = &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
+	} else {
+		s.conn.SetWriteDeadline(time.Now().Add(e.o.ack))
+		err = writeFrame(s.conn, frameGrant, sealed)
+	}
+	if err != nil {
+		go s.end(err, false) // unmaps g too
+		return err
+	}
+	s.st.grants.Add(1)
+	e.st.grants.Add(1)
+	return nil
+}
+
+// revokeGen asks the importer to drop g; false if g is unmapped already.
+func (s *Session) revokeGen(g *generation, reason uint8) bool {
+	s.mu.Lock()
+	select {
+	case <-g.gone:
+		s.mu.Unlock()
+		return false
+	default:
+	}
+	first := !g.revoking
+	g.revoking = true
+	s.mu.Unlock()
+	if first {
+		s.st.revocations.Add(1)
+		s.e.st.revocations.Add(1)
+		if err := s.send(frameRevoke, (&revokeMsg{Gen: g.gen, Reason: reason, Region: g.region}).encode()); err != nil {
+			go s.end(err, false)
+		}
+	}
+	return true
+}
+
+// expire revokes g at the end of its lease, and ends the session if the
+// importer does not acknowledge within the ack timeout.
+func (s *Session) expire(g *generation) {
+	if !s.revokeGen(g, reasonExpired) {
+		return
+	}
+	s.e.st.expired.Add(1)
+	t := time.NewTimer(s.e.o.ack)
+	defer t.Stop()
+	select {
+	case <-g.gone:
+	case <-t.C:
+		s.end(&ucs.Error{Op: "share: lease", Err: ucs.ErrTimedOut, Reason: "the importer did not acknowledge the expiry of its lease"}, false)
+	}
+}
+
+// acked unmaps the generation the importer dropped.
+func (s *Session) acked(m *ackMsg) {
+	s.mu.Lock()
+	var g *generation
+	gs := s.gens[m.Region]
+	for i, x := range gs {
+		if x.gen == m.Gen {
+			g = x
+			s.gens[m.Region] = append(gs[:i:i], gs[i+1:]...)
+			break
+		}
+	}
+	if len(s.gens[m.Region]) == 0 {
+		delete(s.gens, m.Region)
+	}
+	s.mu.Unlock()
+	if g == nil {
+		return // already unmapped (acknowledged twice, or after the end)
+	}
+	s.st.acks.Add(1)
+	s.e.st.acks.Add(1)
+	g.unmap()
+}
+
+func (g *generation) unmap() {
+	if g.lease != nil {
+		g.lease.Stop()
+	}
+	g.mem.Close()
+	close(g.gone)
+}
+
+// end ends the session once: the importer's endpoint is closed by force
+// first (rkey mode), so that nothing it started can reach a registration,
+// then every registration is unmapped. graceful sends a bye first.
+func (s *Session) end(err error, graceful bool) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		<-s.done
+		return
+	}
+	s.ended = true
+	s.endErr = err
+	var gens []*generation
+	for _, gs := range s.gens {
+		gens = append(gens, gs...)
+	}
+	s.gens = nil
+	ep := s.ep
+	s.mu.Unlock()
+	e := s.e
+	e.mu.Lock()
+	delete(e.sessions, s)
+	delete(e.binds, s.token)
+	delete(e.bound, ep)
+	e.mu.Unlock()
+	s.unpend()
+	if s.bind != nil && ep == nil {
+		// Bound after the handshake gave up: nobody else closes it.
+		select {
+		case late := <-s.bind:
+			e.mu.Lock()
+			delete(e.bound, late)
+			e.mu.Unlock()
+			ep = late
+		default:
+		}
+	}
+	if err != nil {
+		s.st.errors.Add(1)
+		e.st.errors.Add(1)
+	}
+	if len(gens) > 0 && err != nil {
+		e.st.forced.Add(1)
+	}
+	if graceful {
+		s.send(frameBye, nil)
+	} else if errors.Is(err, ErrProtocol) {
+		s.refuse(err)
+	}
+	s.conn.Close()
+	if ep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), e.o.ack)
+		ep.Close(ctx, ucp.CloseForce)
+		cancel()
+	}
+	for _, g := range gens {
+		g.unmap()
+	}
+	close(s.done)
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

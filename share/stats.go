@@ -1,0 +1,119 @@
+package share
+
+import (
+	"expvar"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ExporterStats are an exporter's counters since NewExporter. The
+// exporter cannot count the bytes importers move: RMA is one-sided, so
+// the importer's ImporterStats count them.
+type ExporterStats struct {
+	Mode        string         `json:"mode"`
+	Regions     int64          `json:"regions"`     // shared now
+	Importers   int            `json:"importers"`   // sessions open now
+	Served      int64          `json:"served"`      // sessions accepted in all
+	Refused     int64          `json:"refused"`     // sessions refused at the handshake
+	Grants      int64          `json:"grants"`      // grants sent (one registration each)
+	Revocations int64          `json:"revocations"` // revocations sent
+	Expired     int64          `json:"expired"`     // of which for an expired lease
+	Rotations   int64          `json:"rotations"`   // Rotate calls
+	Acks        int64          `json:"acks"`        // acknowledgements received
+	Forced      int64          `json:"forced"`      // sessions ended by force while holding registrations
+	Errors      int64          `json:"errors"`      // sessions that ended with an error
+	Sessions    []SessionStats `json:"sessions"`
+}
+
+// SessionStats are one importer's session at the exporter.
+type SessionStats struct {
+	ID          uint64        `json:"id"`
+	Remote      string        `json:"remote"`
+	UCX         string        `json:"ucx"` // the importer's UCX release
+	Grants      int64         `json:"grants"`
+	Revocations int64         `json:"revocations"`
+	Acks        int64         `json:"acks"`
+	Live        int           `json:"live_registrations"`
+	LeaseAge    time.Duration `json:"lease_age_ns"` // age of its oldest live grant
+	Errors      int64         `json:"errors"`
+}
+
+// ImporterStats are an importer's counters since Dial.
+type ImporterStats struct {
+	Mode         string        `json:"mode"`
+	Regions      int           `json:"regions"`
+	BytesRead    int64         `json:"bytes_read"`
+	BytesWritten int64         `json:"bytes_written"`
+	Reads        int64         `json:"reads"`  // ReadAt, CopyTo and SendAM calls
+	Writes       int64         `json:"writes"` // WriteAt, CopyFrom and ReceiveAM calls
+	Revocations  int64         `json:"revocations"`
+	Rotations    int64         `json:"rotations"`
+	LeaseAge     time.Duration `json:"lease_age_ns"` // age of the oldest grant in use
+	Errors       int64         `json:"errors"`       // operations that failed
+}
+
+type exporterCounters struct {
+	regions, served, refused, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
+}
+
+type sessionCounters struct {
+	grants, revocations, acks, errors atomic.Int64
+}
+
+type importerCounters struct {
+	bytesRead, bytesWritten, reads, writes, revocations, rotations, errors atomic.Int64
+}
+
+// Stats returns the exporter's counters and one entry per open session.
+func (e *Exporter) Stats() ExporterStats {
+	c := &e.st
+	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(),
+		Refused: c.refused.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
+		Expired: c.expired.Load(), Rotations: c.rotations.Load(), Acks: c.acks.Load(),
+		Forced: c.forced.Load(), Errors: c.errors.Load()}
+	for _, s := range e.Sessions() {
+		st.Sessions = append(st.Sessions, s.Stats())
+	}
+	st.Importers = len(st.Sessions)
+	return st
+}
+
+// Stats returns the session's counters.
+func (s *Session) Stats() SessionStats {
+	st := SessionStats{ID: s.id, Remote: s.conn.RemoteAddr().String(), Grants: s.st.grants.Load(),
+		Revocations: s.st.revocations.Load(), Acks: s.st.acks.Load(), Errors: s.st.errors.Load()}
+	s.mu.Lock()
+	st.UCX = s.peerUCX.String()
+	var oldest time.Time
+	for _, gs := range s.gens {
+		for _, g := range gs {
+			st.Live++
+			if oldest.IsZero() || g.issued.Before(oldest) {
+				oldest = g.issued
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !oldest.IsZero() {
+		st.LeaseAge = time.Since(oldest)
+	}
+	return st
+}
+
+// The expvar names: "ucxshare" is one expvar.Map; each exporter or
+// importer given a name is a key in it.
+var (
+	expvarOnce sync.Once
+	expvarMap  *expvar.Map
+)
+
+func publish(name string, f func() any) {
+	expvarOnce.Do(func() { expvarMap = expvar.NewMap("ucxshare") })
+	expvarMap.Set(name, expvar.Func(f))
+}
+
+func unpublish(name string) {
+	expvarOnce.Do(func() { expvarMap = expvar.NewMap("ucxshare") })
+	expvarMap.Delete(name)
+}
