@@ -1,5 +1,5 @@
 # ucx-go. The two commands of the README:
-#   make demo   the main job: exporter and importer round trip on loopback
+#   make demo   the main job: a host shares two regions with an importer on loopback (package share)
 #   make test   vet + tests (-race, and beside it GOEXPERIMENT=cgocheck2)
 # and make info: UCX versions, memory domains, export capability; make
 # stress: the many-round tests for about STRESS_TIME (default 10m).
@@ -70,11 +70,12 @@ soak-native:
 # two cores busy), so together they take little longer than the race run.
 # The cgocheck2 run's output follows the race run's. It runs in a session
 # of its own (a background job of a script ignores Ctrl-C), ended with the
-# recipe if the recipe is interrupted. The packages that run the example
-# programs against each other (SERIAL_PKGS) run under cgocheck2 after the
-# race run instead of beside it: two of their runs side by side were met
-# by an unexplained 10 s stall of a tcp get (docs/test-time.md).
-SERIAL_PKGS ?= ./examples/faults
+# recipe if the recipe is interrupted. The package whose tests run
+# exporters and importers as processes against each other (SERIAL_PKGS)
+# runs under cgocheck2 after the race run instead of beside it: two runs
+# of such tests side by side were met by an unexplained 10 s stall of a
+# tcp get (docs/test-time.md).
+SERIAL_PKGS ?= ./share
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"
 	$(GO) vet ./...
@@ -111,7 +112,8 @@ demo-native:
 # no failing input (go.dev/issue/75804, a race at the end of -fuzztime):
 # that alone is reported, not counted as a failure.
 FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey ucp:FuzzConnectWorker internal/wire:FuzzWalkWorkerAddress uct:FuzzUnpackRkey uct:FuzzAttach \
-	examples/envelope:FuzzOpen examples/internal/demo:FuzzParseVerifyHeader examples/exporter:FuzzVerifyRequest
+	share:FuzzReadFrame share:FuzzDecodeImporterHello share:FuzzDecodeExporterHello share:FuzzDecodeGrant share:FuzzOpenGrant \
+	share:FuzzDecodeRevoke share:FuzzDecodeAck share:FuzzDecodeRefuse share:FuzzHMACSealer
 fuzz-native:
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} (./$${t%%:*}/) for $(FUZZTIME)"; \

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# ci/demo.sh: the main job. Builds the exporter and importer, runs the
-# exporter in the background on loopback and the importer against it, and
-# fails on any mismatch. Runs where a supported UCX is (see ci/run.sh).
+# ci/demo.sh: the main job. Builds the exporter and importer (package
+# share) and runs them on loopback: the exporter shares "data" (read-only,
+# a pattern) and "inbox" (writable), -size DEMO_MIB MiB each, and rotates
+# the grants of "data" every DEMO_ROTATE; the importer reads "data"
+# DEMO_PASSES times across those rotations and verifies it, writes
+# "inbox", times 8-byte reads, then holds its session; SIGTERM makes the
+# exporter revoke it, wait for its acknowledgement and check the inbox.
+# Fails on any mismatch, a missed rotation or an unacknowledged revoke.
+# Runs where a supported UCX is (see ci/run.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -11,28 +17,52 @@ go build -o bin/importer ./examples/importer
 go build -o bin/doctor ./examples/doctor
 
 work=$(mktemp -d)
-exporter_pid=
+exporter_pid= importer_pid=
 cleanup() {
-	[ -n "$exporter_pid" ] && kill "$exporter_pid" 2>/dev/null || true
+	for p in $importer_pid $exporter_pid; do kill "$p" 2>/dev/null || true; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
+fail() { echo "demo: FAIL: $*" >&2; sed 's/^/    /' "$work"/*.log "$work"/*.json >&2 2>/dev/null || true; exit 1; }
 head -c 32 /dev/urandom >"$work/secret"
 
 echo "== doctor"
 bin/doctor
 echo "== exporter (background) and importer on loopback"
-bin/exporter -listen 127.0.0.1:0 -size "${DEMO_MIB:-64}" -key-file "$work/secret" -serve 1 -addr-file "$work/addr" &
+bin/exporter -listen 127.0.0.1:0 -size "${DEMO_MIB:-64}" -key-file "$work/secret" -rotate-every "${DEMO_ROTATE:-20ms}" \
+	-addr-file "$work/addr" -json >"$work/exporter.json" 2>"$work/exporter.log" &
 exporter_pid=$!
 for _ in $(seq 100); do [ -s "$work/addr" ] && break; sleep 0.1; done
-[ -s "$work/addr" ] || { echo "demo: the exporter did not start listening" >&2; exit 1; }
-bin/importer -connect "$(cat "$work/addr")" -key-file "$work/secret" -json >"$work/summary.json" || {
-	echo "demo: the importer failed" >&2; exit 1; }
-wait "$exporter_pid"
+[ -s "$work/addr" ] || fail "the exporter did not start listening"
+bin/importer -connect "$(cat "$work/addr")" -key-file "$work/secret" -passes "${DEMO_PASSES:-16}" -hold -json \
+	>"$work/importer.json" 2>"$work/importer.log" &
+importer_pid=$!
+# The importer says when its run is complete; then the exporter is told
+# to revoke it and stop.
+for _ in $(seq 600); do
+	grep -q 'holding the session' "$work/importer.log" && break
+	kill -0 "$importer_pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -TERM "$exporter_pid" 2>/dev/null || true
+irc=0; wait "$importer_pid" || irc=$?
+importer_pid=
+erc=0; wait "$exporter_pid" || erc=$?
 exporter_pid=
-mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' "$work/summary.json")
-why=$(sed -n 's/.*"why":"\([^"]*\)".*/\1/p' "$work/summary.json")
-cat "$work/summary.json"
-grep -q '"read_verified":true' "$work/summary.json" && grep -q '"write_verified_by_exporter":true' "$work/summary.json" ||
-	{ echo "demo: FAIL: round trip not verified" >&2; exit 1; }
-echo "demo: PASS: $mode mode ran ($why)"
+cat "$work/exporter.log" "$work/importer.log"
+echo "importer: $(cat "$work/importer.json")"
+echo "exporter: $(cat "$work/exporter.json")"
+[ "$irc" = 0 ] || fail "the importer exited with status $irc"
+[ "$erc" = 0 ] || fail "the exporter exited with status $erc"
+imp=$(cat "$work/importer.json") exp=$(cat "$work/exporter.json")
+num() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"; }
+grep -q '"read_verified":true' <<<"$imp" && grep -q '"inbox_written":true' <<<"$imp" || fail "the importer's read or write did not complete"
+[ "$(num inbox_verified "$exp")" -ge 1 ] && [ "$(num inbox_failed "$exp")" = 0 ] || fail "the exporter did not verify the inbox"
+[ "$(num rotations "$imp")" -ge 1 ] || fail "no rotation of \"data\" happened during the importer's reads"
+grep -q '"revoked":true' <<<"$imp" || fail "the importer was not revoked"
+[ "$(num revoked_at_exit "$exp")" -ge 1 ] && grep -q '"every_importer_acknowledged":true' <<<"$exp" ||
+	fail "the exporter's revoke was not acknowledged"
+mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' <<<"$imp")
+read_gbps=$(num read_gbps "$imp") write_gbps=$(num write_gbps "$imp")
+echo "demo: read $(printf %.2f "$read_gbps") GB/s across $(num rotations "$imp") rotation(s), write $(printf %.2f "$write_gbps") GB/s (read/write $(awk -v r="$read_gbps" -v w="$write_gbps" 'BEGIN { printf "%.2f", r / w }'))"
+echo "demo: PASS: $mode mode: data read and verified, inbox written and verified by the exporter, revoke acknowledged"

@@ -36,16 +36,18 @@ host_mirror() {
 hw_fail() { echo "FAIL $1: $2"; exit 1; }
 hw_pass() { echo "PASS $1: $2"; }
 
-# hw_prepare PROGRAM WHY: build the doctor and PROGRAM, check the HMAC key
-# file ($key), and that the doctor finds an export-capable memory domain
-# (WHY is the failure message, which says what its absence means here).
+# hw_prepare PROGRAM WHY: build the doctor and PROGRAM, check the sealing
+# secret file ($key, at least 16 bytes), and that the doctor finds an
+# export-capable memory domain (WHY is the failure message, which says what
+# its absence means here).
 hw_prepare() {
 	local prog=$1 why=$2 p report
 	mkdir -p bin
 	for p in doctor "$prog"; do
 		go build -o "bin/$p" "./examples/$p" || hw_fail build "go build ./examples/$p (needs a supported UCX installed: see README)"
 	done
-	[ -s "$key" ] || hw_fail key "no HMAC key in $key (the same file on host and DPU; HW_KEY_FILE names another)"
+	[ -f "$key" ] && [ "$(wc -c <"$key")" -ge 16 ] ||
+		hw_fail key "no sealing secret of at least 16 bytes in $key (the same file on host and DPU; HW_KEY_FILE names another)"
 	report=$(bin/doctor -json) || hw_fail doctor "doctor failed: $report"
 	if grep -q '"export_capable": 0' <<<"$report"; then
 		bin/doctor >&2

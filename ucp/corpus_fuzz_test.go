@@ -3,20 +3,18 @@ package ucp
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/ucxgo/ucx/internal/wire"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/ucxgo/ucx/examples/envelope"
+	"github.com/ucxgo/ucx/internal/wire"
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
 )
 
 // TestWriteFuzzCorpus writes the committed seed corpora (testdata/fuzz) of
-// every fuzz target: real keys, descriptors and envelopes made here with
+// every fuzz target of ucp, uct and internal/wire: real keys and descriptors made here with
 // the UCX release in use, plus edge cases. Run it once per release:
 //
 //	UCXGO_WRITE_CORPUS=1 go test -run TestWriteFuzzCorpus ./ucp/
@@ -129,46 +127,6 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		w.write("uct", "FuzzAttach", "edge-"+name+"-ib-6", uint8(i), []byte{0x11, 0x22, 0x33, 0x44, 0x05, 0x00})
 		w.write("uct", "FuzzAttach", "edge-"+name+"-ib-14", uint8(i), []byte{0x11, 0x22, 0x33, 0x44, 0x05, 0x00, 1, 2, 3, 4, 5, 6, 7, 8})
 		w.write("uct", "FuzzAttach", "edge-"+name+"-ib-20", uint8(i), make([]byte, 20))
-	}
-
-	// Envelopes the importer opens, sealed with the key FuzzOpen uses, at
-	// the time it uses, around the real rkey and a descriptor.
-	secret := []byte("test secret")
-	now := time.Unix(1_800_000_000, 0)
-	seal := func(mode envelope.Mode, key []byte) []byte {
-		b, err := envelope.Seal(&envelope.Envelope{UCXMajor: uint8(v.Major), UCXMinor: uint8(v.Minor), UCXPatch: uint8(v.Patch),
-			ExporterID: [16]byte{1, 2, 3}, Address: 0x7f0000001000, Length: 64 << 20, Prot: uint32(ProtAll),
-			Mode: mode, Issued: now, Expires: now.Add(10 * time.Minute), Key: key}, secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	env := seal(envelope.ModeRkey, sysv)
-	w.write("examples/envelope", "FuzzOpen", "real-"+ver+"-rkey", env)
-	w.write("examples/envelope", "FuzzOpen", "edge-export", seal(envelope.ModeExport, corpusDescriptor(6, 1)))
-	w.write("examples/envelope", "FuzzOpen", "edge-truncated", env[:len(env)-1])
-	w.write("examples/envelope", "FuzzOpen", "edge-trailing-byte", append(append([]byte(nil), env...), 0))
-	flipped := append([]byte(nil), env...)
-	flipped[len(flipped)/2] ^= 1
-	w.write("examples/envelope", "FuzzOpen", "edge-bad-mac", flipped)
-	w.write("examples/envelope", "FuzzOpen", "edge-header-only", env[:8+2])
-
-	// AM headers: what the importer sends the exporter (demo.VerifyHeader:
-	// u64 seed, u64 length; that package is internal to examples/).
-	verify := func(seed, n uint64) []byte {
-		return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, seed), n)
-	}
-	for name, h := range map[string][]byte{
-		"real-region":    verify(2, 64<<20),
-		"edge-zero":      verify(0, 0),
-		"edge-max":       verify(^uint64(0), ^uint64(0)),
-		"edge-short":     verify(1, 1)[:15],
-		"edge-long":      append(verify(1, 1), 0),
-		"edge-exporters": verify(1, 1<<20),
-	} {
-		w.write("examples/internal/demo", "FuzzParseVerifyHeader", name, h)
-		w.write("examples/exporter", "FuzzVerifyRequest", name, h)
 	}
 }
 

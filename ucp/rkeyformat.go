@@ -211,7 +211,7 @@ func explainRkeyRefusal(err error, packed []byte) error {
 	}
 	return errs.New("ucp: unpack rkey", ucs.ErrUnsupported,
 		"UCX %s here cannot unpack a key packed by UCX 1.16 to 1.18 whose tcp or cma entry reaches this endpoint (those transports lost memory registration in 1.19); "+
-			"between such releases use active messages, or keep tcp and cma out of this side's UCX_TLS where another transport reaches the peer (see the README's UCX releases)", loaded)
+			"between such releases use active messages, or keep tcp and cma out of this side's UCX_TLS where another transport reaches the peer (docs/behaviour.md, section Across releases on the wire)", loaded)
 }
 
 // hasEmptyEntry reports whether a well-formed key has an entry of size 0.

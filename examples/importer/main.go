@@ -1,10 +1,15 @@
-// Command importer is the DPU side of the exported-key demo: it connects
-// to an exporter, checks the envelope (magic, version, HMAC, lease), imports
-// the descriptor (export mode) or unpacks the rkey (rkey mode), reads the
-// host memory and verifies its pattern, writes a new pattern and has the
-// exporter verify it, then reports bytes moved, GB/s and latency.
+// Command importer is the DPU side of the demo, on package share: it
+// dials an exporter, reads the region "data" -passes times and verifies
+// its pattern, writes a pattern into "inbox" (the exporter checks it when
+// the session ends), times 8-byte reads, and reports GB/s and latency
+// percentiles. Rotations of "data" during the reads are followed without
+// error. With -hold it then keeps the session until the exporter revokes
+// it, and checks that a read fails after the revocation.
 //
 //	importer -connect 127.0.0.1:13337 -key-file secret [-mode auto|export|rkey] [-json]
+//
+// Exit status: 0 done, 1 an error, 2 bad flags, 3 the session or a grant
+// was refused, 4 data did not verify, 5 revoked before the run finished.
 package main
 
 import (
@@ -14,408 +19,179 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
-	"sync"
+	"slices"
 	"time"
 
-	"github.com/ucxgo/ucx/examples/envelope"
 	"github.com/ucxgo/ucx/examples/internal/demo"
-	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucs"
 )
 
-type config struct {
-	connect    string
-	secret     []byte
-	mode       string
-	timeout    time.Duration
-	chunk      int
-	latencyOps int
-	json       bool
+var (
+	connect    = flag.String("connect", "", "the exporter's control address, host:port")
+	key        = flag.String("key", "", "the sealing secret, at least 16 bytes (prefer -key-file)")
+	keyFile    = flag.String("key-file", "", "file holding the sealing secret (at least 16 bytes)")
+	mode       = flag.String("mode", "auto", "auto (what the exporter offers), export or rkey (fail unless the exporter runs in it)")
+	timeout    = flag.Duration("timeout", time.Minute, "bound on the whole run, -hold included: the session is closed then")
+	passes     = flag.Int("passes", 1, "times to read \"data\" in full (each verified)")
+	chunk      = flag.Int("chunk", share.DefaultChunk, "bytes per RMA operation")
+	depth      = flag.Int("depth", share.DefaultDepth, "RMA operations in flight per call")
+	latencyOps = flag.Int("latency-ops", 1000, "8-byte reads timed for the latency percentiles")
+	hold       = flag.Bool("hold", false, "after the run, wait for the exporter to revoke the session")
+	asJSON     = flag.Bool("json", false, "print the summary as one JSON line")
+)
+
+type summary struct {
+	Mode         string  `json:"mode"`
+	ExporterUCX  string  `json:"exporter_ucx"`
+	ImporterUCX  string  `json:"importer_ucx"`
+	Bytes        int     `json:"bytes_per_direction"`
+	Passes       int     `json:"read_passes"`
+	Moved        int64   `json:"bytes_moved"`
+	ReadGBps     float64 `json:"read_gbps"`
+	WriteGBps    float64 `json:"write_gbps"`
+	LatencyP50   float64 `json:"latency_p50_us"`
+	LatencyP99   float64 `json:"latency_p99_us"`
+	LatencyP999  float64 `json:"latency_p999_us"`
+	ReadOK       bool    `json:"read_verified"`
+	Written      bool    `json:"inbox_written"`
+	Rotations    int64   `json:"rotations"` // followed during the read passes
+	Revoked      bool    `json:"revoked"`
+	RevokeReason string  `json:"revoke_reason,omitempty"`
 }
 
-// Exit codes, so scripts can tell failures apart.
-const (
-	exitOK       = 0
-	exitFail     = 1
-	exitEnvelope = 3 // the envelope was refused
-	exitMismatch = 4 // data did not verify
-	exitRevoked  = 5 // the exporter revoked the key before the run finished
-)
-
-// errRevoked stops the transfers when the exporter revokes the key.
-var errRevoked = errors.New("the exporter revoked the key")
-
 func main() {
-	var c config
-	var key, keyFile string
-	flag.StringVar(&c.connect, "connect", "", "exporter address host:port")
-	flag.StringVar(&key, "key", "", "HMAC key for the envelope")
-	flag.StringVar(&keyFile, "key-file", "", "file holding the HMAC key")
-	flag.StringVar(&c.mode, "mode", "auto", "auto (what the exporter offers), export (fail unless exported) or rkey")
-	flag.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each step")
-	flag.IntVar(&c.chunk, "chunk", 1<<20, "bytes per RMA operation")
-	flag.IntVar(&c.latencyOps, "latency-ops", 1000, "8-byte reads timed for the latency percentiles")
-	flag.BoolVar(&c.json, "json", false, "print the summary as JSON")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -connect HOST:PORT -key-file FILE [flags]\n\nImports host memory from an exporter and verifies a round trip.\n\n", os.Args[0])
-		flag.PrintDefaults()
-	}
 	flag.Parse()
+	m, err := demo.ParseMode(*mode)
+	sealer, serr := demo.Sealer(*key, *keyFile)
+	if err = errors.Join(err, serr); err == nil && (*connect == "" || *passes < 1 || *latencyOps < 0) {
+		err = errors.New("-connect is required, -passes must be at least 1 and -latency-ops not negative")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "importer:", err)
+		os.Exit(2)
+	}
+	sum, err := run(sealer, m)
+	code := 0
 	switch {
-	case c.connect == "":
-		fmt.Fprintln(os.Stderr, "importer: -connect is required")
-		os.Exit(2)
-	case key != "" && keyFile != "":
-		fmt.Fprintln(os.Stderr, "importer: give -key or -key-file, not both")
-		os.Exit(2)
-	case keyFile != "":
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "importer:", err)
-			os.Exit(2)
+	case err == nil:
+	case errors.Is(err, share.ErrRefused), errors.Is(err, share.ErrSeal), errors.Is(err, share.ErrGrant):
+		code = 3
+	case errors.Is(err, errMismatch):
+		code = 4
+	case errors.Is(err, share.ErrRevoked):
+		code = 5
+		if sum != nil {
+			sum.Revoked, sum.RevokeReason = true, err.Error()
 		}
-		c.secret = b
 	default:
-		c.secret = []byte(key)
+		code = 1
 	}
-	if len(c.secret) == 0 {
-		fmt.Fprintln(os.Stderr, "importer: an HMAC key is required (-key or -key-file)")
-		os.Exit(2)
-	}
-	sum, code, err := run(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "importer:", err)
 	}
-	if sum != nil {
-		if c.json {
-			json.NewEncoder(os.Stdout).Encode(sum)
-		} else {
-			sum.print()
+	switch {
+	case sum == nil:
+	case *asJSON:
+		json.NewEncoder(os.Stdout).Encode(sum)
+	default:
+		fmt.Printf("importer: mode %s, exporter on UCX %s, importer on UCX %s\n", sum.Mode, sum.ExporterUCX, sum.ImporterUCX)
+		fmt.Printf("importer: read data %d time(s), %d bytes each, pattern verified: %t (%.2f GB/s); %d rotation(s) followed\n", sum.Passes, sum.Bytes, sum.ReadOK, sum.ReadGBps, sum.Rotations)
+		fmt.Printf("importer: wrote %d bytes into inbox: %t (%.2f GB/s); the exporter checks them when the session ends\n", sum.Bytes, sum.Written, sum.WriteGBps)
+		fmt.Printf("importer: 8-byte read latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us; %d bytes moved\n", sum.LatencyP50, sum.LatencyP99, sum.LatencyP999, sum.Moved)
+		if sum.Revoked {
+			fmt.Printf("importer: revoked: %s\n", sum.RevokeReason)
 		}
+		verdict := "PASS"
+		if err != nil {
+			verdict = "FAIL"
+		}
+		fmt.Println("importer:", verdict)
 	}
 	os.Exit(code)
 }
 
-type summary struct {
-	Mode        string  `json:"mode"`
-	Why         string  `json:"why"`
-	Bytes       uint64  `json:"bytes_per_direction"`
-	Moved       uint64  `json:"bytes_moved"`
-	ReadGBps    float64 `json:"read_gbps"`
-	WriteGBps   float64 `json:"write_gbps"`
-	LatencyP50  float64 `json:"latency_p50_us"`
-	LatencyP99  float64 `json:"latency_p99_us"`
-	LatencyP999 float64 `json:"latency_p999_us"`
-	ReadOK      bool    `json:"read_verified"`
-	WriteOK     bool    `json:"write_verified_by_exporter"`
-	Exporter    string  `json:"exporter_says"`
-	Revoked     bool    `json:"revoked"`
-}
-
-func (s *summary) print() {
-	fmt.Printf("importer: mode %s (%s)\n", s.Mode, s.Why)
-	fmt.Printf("importer: read %d bytes, pattern verified: %t (%.2f GB/s)\n", s.Bytes, s.ReadOK, s.ReadGBps)
-	fmt.Printf("importer: wrote %d bytes, exporter verified: %t (%.2f GB/s): %s\n", s.Bytes, s.WriteOK, s.WriteGBps, s.Exporter)
-	fmt.Printf("importer: 8-byte read latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us; %d bytes moved\n", s.LatencyP50, s.LatencyP99, s.LatencyP999, s.Moved)
-	if s.ReadOK && s.WriteOK {
-		fmt.Println("importer: PASS")
-	} else {
-		fmt.Println("importer: FAIL")
-	}
-}
-
-// link is what the RMA runs on: the host's memory as a region (over the
-// exporter endpoint in rkey mode, over a local region of the imported
-// mapping in export mode) and the DPU-side buffer.
-type link struct {
-	host    ucp.RemoteRegion
-	local   *ucp.Mem // DPU-side buffer
-	revoked <-chan struct{}
-}
-
-// localBytes is the DPU-side copy of the region, which the importer checks.
-func (l *link) localBytes() ([]byte, error) { return l.local.Bytes() }
-
-// op moves n bytes at off: read (host to DPU) or write (DPU to host).
-func (l *link) op(n, off int, read bool, timeout time.Duration) error {
-	select {
-	case <-l.revoked:
-		return errRevoked
-	default:
-	}
-	var req ucp.Request
-	var err error
-	if read {
-		req, err = l.host.GetMem(l.local, off, n, off)
-	} else {
-		req, err = l.host.PutMem(l.local, off, n, off)
-	}
-	if err != nil {
-		return err
-	}
-	return waitReq(&req, timeout)
-}
-
-// transfer moves the whole region in chunks, printing progress on long ones.
-func (l *link) transfer(c config, n int, read, progress bool) error {
-	what := "write"
-	if read {
-		what = "read"
-	}
-	last := time.Now()
-	for off := 0; off < n; off += c.chunk {
-		if err := l.op(min(c.chunk, n-off), off, read, c.timeout); err != nil {
-			return fmt.Errorf("%s at offset %d: %w", what, off, err)
-		}
-		if progress && time.Since(last) > time.Second {
-			fmt.Printf("importer: %s %d/%d MiB\n", what, (off+c.chunk)>>20, n>>20)
-			last = time.Now()
-		}
-	}
-	return nil
-}
-
-func waitReq(req *ucp.Request, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return req.Wait(ctx)
-}
+var errMismatch = errors.New("data mismatch")
 
 func gbps(n int, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e9 }
 
-func pct(sorted []float64, p float64) float64 {
-	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
-}
-
-func must(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "importer:", err)
-		os.Exit(exitFail)
-	}
-}
-
-func run(c config) (*summary, int, error) {
-	features := ucp.FeatureRMA | ucp.FeatureAM
-	if c.mode == "export" {
-		features |= ucp.FeatureExportedMemh
-	}
-	ctx, err := ucp.NewContext(ucp.WithFeatures(features))
-	if err != nil {
-		return nil, exitFail, err
-	}
-	defer ctx.Close()
-	w, err := ctx.NewWorker()
-	if err != nil {
-		return nil, exitFail, err
-	}
-	defer w.Close()
-
-	// The envelope and the verify result are waited for: queues, since a
-	// handler must not block.
-	envs, err := w.OpenAMQueue(demo.AMEnvelope)
-	if err != nil {
-		return nil, exitFail, err
-	}
-	defer envs.Close()
-	results, err := w.OpenAMQueue(demo.AMResult)
-	if err != nil {
-		return nil, exitFail, err
-	}
-	defer results.Close()
-	revoked := make(chan struct{})
-	var revokeOnce sync.Once
-	must(w.SetAMHandler(demo.AMRevoke, func(*ucp.AMMessage) { revokeOnce.Do(func() { close(revoked) }) }))
-
-	runCtx, stopRun := context.WithCancel(context.Background())
-	runDone := make(chan struct{})
-	go func() { defer close(runDone); w.Run(runCtx) }()
-	defer func() { stopRun(); <-runDone }()
-
-	ep, err := w.Connect(c.connect)
-	if err != nil {
-		return nil, exitFail, err
-	}
+func run(sealer share.Sealer, m share.Mode) (sum *summary, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-		ep.Close(cctx, ucp.CloseFlush)
-		cancel()
-	}()
-
-	// The wait for the envelope ends early if the exporter fails.
-	wait, cancel := context.WithTimeout(context.Background(), c.timeout)
-	go func() {
-		select {
-		case <-ep.Failed():
-			cancel()
-		case <-wait.Done():
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("the run did not finish within -timeout %s: %v", *timeout, err)
 		}
 	}()
-	m, err := envs.Receive(wait)
-	cancel()
+	imp, err := share.Dial(ctx, "tcp", *connect, sealer, share.WithRequireMode(m), share.WithChunk(*chunk), share.WithDepth(*depth))
 	if err != nil {
-		if ep.Err() != nil {
-			return nil, exitFail, fmt.Errorf("exporter connection failed: %w", ep.Err())
-		}
-		return nil, exitFail, fmt.Errorf("no envelope from %s within %s: %w", c.connect, c.timeout, err)
+		return nil, err
 	}
-	env, err := envelope.Open(m.Data, c.secret, time.Now())
+	defer imp.Close()
+	// At -timeout the session is closed: that fails the calls in flight.
+	defer context.AfterFunc(ctx, func() { imp.Close() })()
+	data, err := imp.Region("data")
 	if err != nil {
-		return nil, exitEnvelope, fmt.Errorf("refusing the envelope: %w", err)
+		return nil, err
 	}
-	sum := &summary{Mode: env.Mode.String(), Bytes: env.Length}
-	switch {
-	case c.mode == "export" && env.Mode != envelope.ModeExport:
-		return nil, exitFail, errors.New("export mode requested, but the exporter sent an rkey: it has no memory domain that can export")
-	case c.mode == "rkey" && env.Mode != envelope.ModeRkey:
-		return nil, exitFail, errors.New("rkey mode requested, but the exporter sent an exported descriptor")
-	case c.mode == "auto":
-		sum.Why = "auto: the exporter offered " + env.Mode.String()
-		if env.Mode == envelope.ModeRkey {
-			sum.Why += ", so it has no memory domain that can export"
-		}
-	default:
-		sum.Why = c.mode + " requested"
+	inbox, err := imp.Region("inbox")
+	if err != nil {
+		return nil, err
 	}
+	sum = &summary{Mode: imp.Mode().String(), ExporterUCX: imp.ExporterUCX().String(), ImporterUCX: ucs.LoadedVersion().String(),
+		Bytes: data.Len(), Passes: *passes}
+	defer func() { st := imp.Stats(); sum.Moved = st.BytesRead + st.BytesWritten }()
 
-	stepCtx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	l, cleanup, err := setup(stepCtx, ctx, w, ep, env)
-	cancel()
-	if err != nil {
-		return sum, exitFail, err
-	}
-	l.revoked = revoked
-	// However the run ends, drop the key and tell the exporter (the same
-	// message acknowledges a revoke).
-	defer func() {
-		cleanup()
-		if req, err := ep.SendAM(demo.AMAck, nil, nil, ucp.AMReply); err == nil {
-			waitReq(&req, c.timeout)
+	// Read "data" in full, each pass into a cleared buffer, and verify it.
+	buf := make([]byte, max(data.Len(), inbox.Len()))
+	var took time.Duration
+	for i := range *passes {
+		clear(buf)
+		start := time.Now()
+		if _, err := data.ReadAtContext(ctx, buf[:data.Len()], 0); err != nil {
+			return sum, err
 		}
-	}()
-	sum, code, err := l.exercise(c, ep, sum, results)
-	if errors.Is(err, errRevoked) {
-		sum.Revoked = true
-		return sum, exitRevoked, err
+		took += time.Since(start)
+		if err := demo.Verify(buf[:data.Len()], demo.DataSeed); err != nil {
+			return sum, fmt.Errorf("%w: pass %d: data does not hold the exporter's pattern: %v", errMismatch, i+1, err)
+		}
 	}
-	return sum, code, err
-}
+	sum.ReadOK, sum.ReadGBps, sum.Rotations = true, gbps(*passes*data.Len(), took), imp.Stats().Rotations
 
-// exercise reads and verifies the host memory, writes a new pattern for the
-// exporter to verify, and times 8-byte reads.
-func (l *link) exercise(c config, ep *ucp.Endpoint, sum *summary, results *ucp.AMQueue) (*summary, int, error) {
-	n := int(sum.Bytes)
-	lb, err := l.localBytes()
-	if err != nil {
-		return sum, exitFail, err
-	}
-	// Read the host memory and verify it.
+	// Write the inbox's pattern; WriteAt returns once it is in the exporter's memory.
+	demo.Fill(buf[:inbox.Len()], demo.InboxSeed)
 	start := time.Now()
-	if err := l.transfer(c, n, true, !c.json); err != nil {
-		return sum, exitFail, err
+	if _, err := inbox.WriteAtContext(ctx, buf[:inbox.Len()], 0); err != nil {
+		return sum, err
 	}
-	sum.ReadGBps = gbps(n, time.Since(start))
-	sum.Moved += uint64(n)
-	if err := demo.Verify(lb[:n], 1); err != nil {
-		return sum, exitMismatch, fmt.Errorf("host memory does not hold the exporter's pattern: %w", err)
-	}
-	sum.ReadOK = true
+	sum.Written, sum.WriteGBps = true, gbps(inbox.Len(), time.Since(start))
 
-	// Write a new pattern and have the exporter verify it.
-	if !c.json {
-		fmt.Printf("importer: read verified; writing %d bytes\n", n)
-	}
-	demo.Fill(lb[:n], 2)
-	start = time.Now()
-	if err := l.transfer(c, n, false, !c.json); err != nil {
-		return sum, exitFail, err
-	}
-	fctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	err = l.host.Flush(fctx)
-	cancel()
-	if err != nil {
-		return sum, exitFail, err
-	}
-	sum.WriteGBps = gbps(n, time.Since(start))
-	sum.Moved += uint64(n)
-	req, err := ep.SendAM(demo.AMVerify, demo.VerifyHeader(2, uint64(n)), nil, ucp.AMReply)
-	if err != nil {
-		return sum, exitFail, err
-	}
-	if err := waitReq(&req, c.timeout); err != nil {
-		return sum, exitFail, err
-	}
-	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	r, err := results.Receive(rctx)
-	cancel()
-	if err != nil {
-		return sum, exitFail, fmt.Errorf("the exporter did not answer the verify request: %w", err)
-	}
-	sum.WriteOK, sum.Exporter = len(r.Header) == 1 && r.Header[0] == 1, string(r.Data)
-	if !sum.WriteOK {
-		return sum, exitMismatch, fmt.Errorf("exporter: %s", sum.Exporter)
-	}
-
-	// Latency of 8-byte reads.
-	lat := make([]float64, 0, c.latencyOps)
-	for range c.latencyOps {
-		t0 := time.Now()
-		if err := l.op(8, 0, true, c.timeout); err != nil {
-			return sum, exitFail, err
+	// Latency of 8-byte reads, each checked.
+	lat := make([]float64, *latencyOps)
+	for i := range lat {
+		start := time.Now()
+		if _, err := data.ReadAtContext(ctx, buf[:8], 0); err != nil {
+			return sum, err
 		}
-		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+		lat[i] = float64(time.Since(start).Nanoseconds()) / 1e3
+		if err := demo.Verify(buf[:8], demo.DataSeed); err != nil {
+			return sum, fmt.Errorf("%w: an 8-byte read: %v", errMismatch, err)
+		}
 	}
-	sum.Moved += uint64(8 * c.latencyOps)
-	sort.Float64s(lat)
+	slices.Sort(lat)
 	if len(lat) > 0 {
-		sum.LatencyP50, sum.LatencyP99, sum.LatencyP999 = pct(lat, 0.50), pct(lat, 0.99), pct(lat, 0.999)
+		pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		sum.LatencyP50, sum.LatencyP99, sum.LatencyP999 = pct(0.50), pct(0.99), pct(0.999)
+	}
+	if !*hold {
+		return sum, nil
 	}
 
-	return sum, exitOK, nil
-}
-
-// setup turns the envelope's key into a link: rkey mode unpacks the rkey
-// on the exporter endpoint; export mode imports the descriptor and reaches
-// the imported host memory through a local region of this worker.
-func setup(wait context.Context, ctx *ucp.Context, w *ucp.Worker, ep *ucp.Endpoint, env *envelope.Envelope) (*link, func(), error) {
-	local, err := ctx.Allocate(int(env.Length))
-	if err != nil {
-		return nil, nil, err
+	fmt.Fprintln(os.Stderr, "importer: run complete; holding the session until the exporter revokes it")
+	<-imp.Revoked() // or closed at -timeout
+	if _, err := data.ReadAt(buf[:8], 0); ctx.Err() != nil || !errors.Is(err, share.ErrRevoked) {
+		return sum, fmt.Errorf("not revoked, or a read after the revocation did not fail as revoked: %v", err)
 	}
-	if env.Mode == envelope.ModeRkey {
-		rkey, err := ep.UnpackRemoteKey(wait, env.Key)
-		if err != nil {
-			local.Close()
-			return nil, nil, err
-		}
-		host, err := rkey.Region(env.Address, int(env.Length))
-		if err != nil {
-			rkey.Close()
-			local.Close()
-			return nil, nil, err
-		}
-		return &link{host: host, local: local}, func() { rkey.Close(); local.Close() }, nil
-	}
-	desc, err := ucp.ParseDescriptor(env.Key)
-	if err != nil {
-		local.Close()
-		return nil, nil, err
-	}
-	host, err := ctx.Import(desc)
-	if err != nil {
-		local.Close()
-		return nil, nil, err
-	}
-	// The imported mapping is the exporter's memory, reached over a
-	// loopback endpoint to this worker.
-	lr, err := w.LocalRegion(wait, host)
-	if err != nil {
-		host.Close()
-		local.Close()
-		return nil, nil, err
-	}
-	return &link{host: lr.RemoteRegion, local: local}, func() {
-		lr.Close(context.Background())
-		host.Close()
-		local.Close()
-	}, nil
+	sum.Revoked, sum.RevokeReason = true, data.Err().Error()
+	return sum, nil
 }
