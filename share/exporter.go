@@ -207,7 +207,7 @@ func chooseMode(want Mode) (Mode, string, error) {
 		if want == ModeExport || !errors.Is(err, ucs.ErrUnsupported) {
 			return 0, "", &ucs.Error{Op: op, Err: ucs.ErrUnsupported, Reason: "export mode unavailable", Wrapped: err}
 		}
-		return ModeRkey, "no memory domain here can export memory keys (" + uct.ExportReason(err) + "), so rkey mode", nil
+		return ModeRkey, "no memory domain here can export memory keys (uct.Probe, or the doctor, says why for each), so rkey mode", nil
 	}
 	return 0, "", errs.New(op, ucs.ErrInvalidParam, "unknown mode %d", want)
 }

@@ -32,7 +32,7 @@ func (r *Region) CopyTo(ctx context.Context, dst ucp.RemoteRegion, dstOff, off, 
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		_, err = pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+		_, err = r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 			return dst.PutMem(g.mem, off+a, b-a, dstOff+a)
 		})
 	} else {
@@ -65,7 +65,7 @@ func (r *Region) CopyFrom(ctx context.Context, src ucp.RemoteRegion, srcOff, off
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		_, err = pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+		_, err = r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 			return src.GetMem(g.mem, off+a, b-a, srcOff+a)
 		})
 	} else {
@@ -96,15 +96,15 @@ func (r *Region) SendAM(ctx context.Context, ep *ucp.Endpoint, id ucp.AMID, head
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		err = wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, g.mem, off, n, ucp.AMRndv) })
+		err = r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, g.mem, off, n, ucp.AMRndv) })
 	} else {
 		err = r.withStaging(op, n, func(st *ucp.Mem) error {
-			if _, err := pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+			if _, err := r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 				return g.rr.GetMem(st, a, b-a, off+a)
 			}); err != nil {
 				return err
 			}
-			return wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, st, 0, n, ucp.AMRndv) })
+			return r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, st, 0, n, ucp.AMRndv) })
 		})
 	}
 	r.imp.count(false, ifOK(n, err), err)
@@ -128,13 +128,13 @@ func (r *Region) ReceiveAM(ctx context.Context, m *ucp.AMMessage, off int) (int,
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		err = wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(g.mem, off) })
+		err = r.wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(g.mem, off) })
 	} else {
 		err = r.withStaging(op, n, func(st *ucp.Mem) error {
-			if err := wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(st, 0) }); err != nil {
+			if err := r.wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(st, 0) }); err != nil {
 				return err
 			}
-			if _, err := pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+			if _, err := r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 				return g.rr.PutMem(st, a, b-a, off+a)
 			}); err != nil {
 				return err
@@ -157,10 +157,10 @@ func ifOK(n int, err error) int {
 }
 
 // wait starts one operation and waits for it; when ctx ends first it
-// still waits for the operation to complete or fail, so that its buffer is
-// not reused under it.
-func wait(ctx context.Context, start func() (ucp.Request, error)) error {
-	_, err := pipeline(ctx, 1, 1, 1, func(int, int) (ucp.Request, error) { return start() })
+// still waits for the operation to end (see pipeline), so that its buffer
+// is not reused under it.
+func (r *Region) wait(ctx context.Context, start func() (ucp.Request, error)) error {
+	_, err := r.imp.pipeline(ctx, 1, 1, 1, func(int, int) (ucp.Request, error) { return start() })
 	return err
 }
 
@@ -178,12 +178,12 @@ func (r *Region) staged(ctx context.Context, n int, get, put func(st *ucp.Mem, s
 			b, h := min(a+chunk, n), i%2
 			if started[h] {
 				started[h] = false
-				if err := puts[h].Wait(context.Background()); err != nil {
+				if err := r.imp.waitInFlight(ctx, puts[h]); err != nil {
 					first = err
 					break
 				}
 			}
-			if err := wait(ctx, func() (ucp.Request, error) { return get(st, h*half, a, b) }); err != nil {
+			if err := r.wait(ctx, func() (ucp.Request, error) { return get(st, h*half, a, b) }); err != nil {
 				first = err
 				break
 			}
@@ -196,7 +196,7 @@ func (r *Region) staged(ctx context.Context, n int, get, put func(st *ucp.Mem, s
 		}
 		for h := range puts {
 			if started[h] {
-				if err := puts[h].Wait(context.Background()); err != nil && first == nil {
+				if err := r.imp.waitInFlight(ctx, puts[h]); err != nil && first == nil {
 					first = err
 				}
 			}

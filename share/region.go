@@ -395,7 +395,7 @@ func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write
 		}
 		return g.rr.Get(p[a:b], int(off)+a)
 	}
-	n, err := pipeline(ctx, len(p), r.imp.o.chunk, r.imp.o.depth, start)
+	n, err := r.imp.pipeline(ctx, len(p), r.imp.o.chunk, r.imp.o.depth, start)
 	if write && err == nil {
 		if err = g.rr.Flush(ctx); err != nil {
 			n = 0
@@ -406,8 +406,10 @@ func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write
 
 // pipeline runs start over [0,total) in chunks, depth in flight; it
 // returns the length of the prefix that completed, and the first error.
-// Every request it started is complete when it returns.
-func pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int) (ucp.Request, error)) (int, error) {
+// Every request it started is complete when it returns: once ctx ended it
+// waits for those in flight for the dial timeout more, then closes the
+// data endpoint by force, which fails them.
+func (imp *Importer) pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int) (ucp.Request, error)) (int, error) {
 	type slot struct {
 		req  ucp.Request
 		a, b int
@@ -437,7 +439,7 @@ func pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int)
 			break
 		}
 		s := &ring[head%depth]
-		if err := s.req.Wait(context.Background()); err != nil && first == nil {
+		if err := imp.waitInFlight(ctx, s.req); err != nil && first == nil {
 			first = err
 		}
 		if first == nil && s.a == done {
@@ -451,4 +453,29 @@ func pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int)
 		}
 	}
 	return done, first
+}
+
+// waitInFlight waits for a request whose buffer the caller is about to
+// give back: without a bound while ctx lasts, then for the dial timeout;
+// a request still in flight then has the session's data endpoint closed
+// by force under it, which ends it (export mode has no endpoint: its
+// operations are local).
+func (imp *Importer) waitInFlight(ctx context.Context, req ucp.Request) error {
+	err := req.Wait(ctx)
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	grace, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+	defer cancel()
+	if err = req.Wait(grace); err == nil || grace.Err() == nil || imp.ep == nil {
+		if err != nil && grace.Err() != nil {
+			return req.Wait(context.Background())
+		}
+		return err
+	}
+	imp.endAll("an operation did not complete within the dial timeout after its call's ctx ended; the data endpoint was closed")
+	fctx, fcancel := context.WithTimeout(context.Background(), imp.o.handshake)
+	imp.ep.Close(fctx, ucp.CloseForce)
+	fcancel()
+	return req.Wait(context.Background())
 }

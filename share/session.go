@@ -134,6 +134,16 @@ func (s *Session) serve() {
 		go func() {
 			select {
 			case <-s.ep.Failed():
+			case <-s.done:
+				return
+			}
+			// An importer that closes cleanly says bye on the control
+			// connection before it closes its endpoint, but the two travel
+			// apart: give the bye a moment to arrive.
+			t := time.NewTimer(time.Second)
+			defer t.Stop()
+			select {
+			case <-t.C:
 				s.end(&ucs.Error{Op: "share: session", Err: ucs.ErrEndpointTimeout, Reason: "the importer's endpoint failed", Wrapped: s.ep.Err()}, false)
 			case <-s.done:
 			}
@@ -142,8 +152,10 @@ func (s *Session) serve() {
 	for {
 		t, p, err := readFrame(s.conn)
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-				err = nil
+			if errors.Is(err, io.EOF) {
+				err = &ucs.Error{Op: "share: session", Err: ucs.ErrConnectionReset, Reason: "the importer's control connection ended without a bye"}
+			} else if errors.Is(err, net.ErrClosed) {
+				err = nil // ended here
 			}
 			s.end(err, false)
 			return
@@ -165,8 +177,6 @@ func (s *Session) serve() {
 			s.end(nil, false)
 			return
 		case frameRefuse:
-			s.st.errors.Add(1)
-			s.e.st.errors.Add(1)
 			cause, why := decodeRefuse(p)
 			s.end(&ucs.Error{Op: "share: session", Err: cause, Reason: "the importer refused a grant: " + why}, false)
 			return
@@ -273,6 +283,7 @@ func (s *Session) handshake() error {
 	e.mu.Unlock()
 	for _, r := range regions {
 		if err := s.grantNew(r); err != nil && !errors.Is(err, ucs.ErrNoElem) { // removed meanwhile
+			s.refuse(&ucs.Error{Op: "share: grant", Err: ErrRefused, Reason: "the exporter could not grant region " + r.id + ": " + err.Error()})
 			return err
 		}
 	}
@@ -453,6 +464,7 @@ func (s *Session) end(err error, graceful bool) {
 		default:
 		}
 	}
+	e.st.ended.Add(1)
 	if err != nil {
 		s.st.errors.Add(1)
 		e.st.errors.Add(1)

@@ -15,6 +15,7 @@ type ExporterStats struct {
 	Regions     int64          `json:"regions"`     // shared now
 	Importers   int            `json:"importers"`   // sessions open now
 	Served      int64          `json:"served"`      // sessions accepted in all
+	Ended       int64          `json:"ended"`       // sessions ended in all (refused ones among them)
 	Refused     int64          `json:"refused"`     // sessions refused at the handshake
 	Grants      int64          `json:"grants"`      // grants sent (one registration each)
 	Revocations int64          `json:"revocations"` // revocations sent
@@ -54,7 +55,7 @@ type ImporterStats struct {
 }
 
 type exporterCounters struct {
-	regions, served, refused, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
+	regions, served, ended, refused, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
 }
 
 type sessionCounters struct {
@@ -68,7 +69,7 @@ type importerCounters struct {
 // Stats returns the exporter's counters and one entry per open session.
 func (e *Exporter) Stats() ExporterStats {
 	c := &e.st
-	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(),
+	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(), Ended: c.ended.Load(),
 		Refused: c.refused.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
 		Expired: c.expired.Load(), Rotations: c.rotations.Load(), Acks: c.acks.Load(),
 		Forced: c.forced.Load(), Errors: c.errors.Load()}
