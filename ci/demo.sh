@@ -62,6 +62,11 @@ grep -q '"read_verified":true' <<<"$imp" && grep -q '"inbox_written":true' <<<"$
 grep -q '"revoked":true' <<<"$imp" || fail "the importer was not revoked"
 [ "$(num revoked_at_exit "$exp")" -ge 1 ] && grep -q '"every_importer_acknowledged":true' <<<"$exp" ||
 	fail "the exporter's revoke was not acknowledged"
+# The secret never shows in the programs' output, in hex or base64 (the
+# package's errors and counters are checked by share/secrets_test.go).
+hexsecret=$(od -An -tx1 "$work/secret" | tr -d ' \n') b64secret=$(base64 -w0 "$work/secret")
+cat "$work"/*.log "$work"/*.json | tr 'A-F' 'a-f' | grep -qF -e "${hexsecret:0:32}" -e "${hexsecret:32:32}" && fail "the secret appears in the programs' output"
+cat "$work"/*.log "$work"/*.json | grep -qF -e "${b64secret:0:20}" -e "${b64secret:20:20}" && fail "the secret appears in the programs' output"
 mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' <<<"$imp")
 read_gbps=$(num read_gbps "$imp") write_gbps=$(num write_gbps "$imp")
 echo "demo: read $(printf %.2f "$read_gbps") GB/s across $(num rotations "$imp") rotation(s), write $(printf %.2f "$write_gbps") GB/s (read/write $(awk -v r="$read_gbps" -v w="$write_gbps" 'BEGIN { printf "%.2f", r / w }'))"
