@@ -463,13 +463,21 @@ func (imp *Importer) onRevoke(p []byte) error {
 }
 
 // endAll revokes every region locally: the session is over.
+// Every region refuses new calls before Revoked closes; each region's
+// goroutine then drops its grant once the calls in flight ended.
 func (imp *Importer) endAll(reason string) {
 	imp.mu.Lock()
-	if imp.endErr == nil {
+	rs := imp.regionList()
+	first := imp.endErr == nil
+	if first {
 		imp.endErr = &ucs.Error{Op: "share: session", Err: ErrRevoked, Reason: reason}
+		for _, r := range rs {
+			r.mu.Lock()
+			r.setErrLocked(&ucs.Error{Op: "share: region " + r.id, Err: ErrRevoked, Reason: reason})
+			r.mu.Unlock()
+		}
 		close(imp.revoked)
 	}
-	rs := imp.regionList()
 	imp.mu.Unlock()
 	for _, r := range rs {
 		r.events <- regionEvent{end: reason}
@@ -585,7 +593,7 @@ func (imp *Importer) shutdown(reason string) {
 		<-imp.readDone
 	}
 	imp.mu.Lock()
-	if imp.endErr == nil {
+	if imp.endErr == nil { // every region was retired above
 		imp.endErr = &ucs.Error{Op: "share: session", Err: ucs.ErrClosed, Reason: reason}
 		close(imp.revoked)
 	}

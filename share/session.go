@@ -40,6 +40,7 @@ type Session struct {
 	st sessionCounters
 
 	live     bool               // granted what is shared (under the exporter's lock)
+	refused  bool               // a refusal was sent
 	bind     chan *ucp.Endpoint // rkey mode: the data endpoint, from its bind message
 	host     netip.Addr         // the importer's host, while its data connection is awaited
 	unpended bool
@@ -120,7 +121,16 @@ func (s *Session) send(t frameType, p []byte) error {
 	return writeFrame(s.conn, t, p)
 }
 
-func (s *Session) refuse(err error) { s.send(frameRefuse, encodeRefuse(err)) }
+// refuse sends the session's one refusal.
+func (s *Session) refuse(err error) {
+	s.mu.Lock()
+	first := !s.refused
+	s.refused = true
+	s.mu.Unlock()
+	if first {
+		s.send(frameRefuse, encodeRefuse(err))
+	}
+}
 
 // serve runs the session: the handshake, the initial grants, then the
 // importer's acknowledgements until the session ends.

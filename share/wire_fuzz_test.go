@@ -99,11 +99,6 @@ func sampleHellos() (*importerHello, *exporterHello) {
 		&exporterHello{Proto: protoVersion, UCX: fuzzUCX, Mode: ModeRkey, Exporter: fuzzExporterID, Session: fuzzSessionID, DataPort: 40000}
 }
 
-// knownDefects: the targets tolerate the deviations of the current code
-// that docs/share-protocol.md lists, each where it is met, so that they
-// go on to look for others. Set it to false to see them fail.
-const knownDefects = false
-
 // wantCause fails unless err is an *ucs.Error wrapping cause.
 func wantCause(t *testing.T, err, cause error) {
 	t.Helper()
@@ -150,10 +145,6 @@ func FuzzReadFrame(f *testing.F) {
 					if n := binary.LittleEndian.Uint32(consumed); n != 0 && n <= maxFrame {
 						t.Fatalf("refused a frame of valid length %d: %v", n, err)
 					}
-				case err == io.EOF && len(consumed) == 5 && knownDefects:
-					// Deviation 1 (docs/share-protocol.md, "Deviations"): a
-					// stream cut right after a frame's header reads as
-					// a clean io.EOF, not io.ErrUnexpectedEOF.
 				case err == io.EOF:
 					if len(consumed) != 0 {
 						t.Fatalf("io.EOF after %d bytes of a frame", len(consumed))
@@ -282,13 +273,6 @@ func FuzzOpenGrant(f *testing.F) {
 			now, h := time.Now(), imp.hello
 			g, err := imp.openGrant(sealed)
 			if err != nil {
-				var ue *ucs.Error
-				if knownDefects && h.Mode == ModeExport && errors.As(err, &ue) && ue.Op == "ucp: parse exported descriptor" {
-					// Deviation 5 (docs/share-protocol.md, "Deviations"): a
-					// key that is not a descriptor is refused with
-					// ucp's ErrInvalidParam, not ErrGrant.
-					continue
-				}
 				if !errors.Is(err, ErrRevoked) {
 					wantCause(t, err, ErrGrant)
 				}

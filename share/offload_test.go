@@ -1,0 +1,136 @@
+package share_test
+
+// Offload with three processes, in rkey mode: the host (the exporter
+// role), the DPU (this process, the importer) and a third peer (the peer
+// role, a UCX listener with memory of its own). The DPU moves the host
+// region's bytes to and from the peer; whichever side receives them checks
+// them.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/internal/testproc"
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+)
+
+// shifted is the seed of pattern(n, seed)'s bytes from off on:
+// pattern(size, seed)[off:] is pattern(size-off, shifted(seed, off)).
+func shifted(seed byte, off int) byte { return seed + byte(off*7) }
+
+// CopyTo (host to peer), CopyFrom (peer to host), SendAM (host bytes to the
+// peer as one rendezvous active message) and ReceiveAM (a peer's active
+// message landed in the host region), at odd offsets and lengths, through
+// a staging buffer smaller than the region (so that copies go through it
+// in several chunks, both halves); bytes outside each range stay as they
+// were.
+func TestOffloadThreeProcesses(t *testing.T) {
+	t.Parallel()
+	const (
+		size    = 1<<20 + 4093 // the host's region and the peer's memory
+		staging = 512 << 10
+	)
+	host, addr := startExporter(t, nil, "-mode", "rkey", "-regions", fmt.Sprintf("h:%d:11:rw", size))
+	peer := testproc.Start(t, testproc.Spec{Role: rolePeer, Args: []string{"-size", fmt.Sprint(size), "-seed", "21"}})
+	peerAddr := peer.WaitLine(t, "ADDR", bound)
+
+	imp := dial(t, addr, share.WithRequireMode(share.ModeRkey), share.WithStaging(staging), share.WithChunk(128<<10))
+	require.Equal(t, share.ModeRkey, imp.Mode())
+	hr, err := imp.Region("h")
+	require.NoError(t, err)
+	w := imp.Worker()
+	regionQ, err := w.OpenAMQueue(amPeerRegion)
+	require.NoError(t, err)
+	defer regionQ.Close()
+	dataQ, err := w.OpenAMQueue(amToDPU)
+	require.NoError(t, err)
+	defer dataQ.Close()
+	ep, err := w.Connect(peerAddr)
+	require.NoError(t, err)
+	closeEP := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		return ep.Close(ctx, ucp.CloseFlush)
+	}
+	defer closeEP() // on failure; closed below otherwise
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	m, err := regionQ.Receive(ctx)
+	require.NoError(t, err)
+	peer.WaitLine(t, "SENT-REGION", bound)
+	pr, err := ep.UnpackRegion(ctx, m.Data)
+	require.NoError(t, err)
+	defer pr.Key().Close()
+	require.GreaterOrEqual(t, pr.Len(), size, "the peer's memory (Allocate rounds it up)")
+
+	hostCheck := func(seed byte, off, n int) string {
+		return ask(t, host, fmt.Sprintf("check h %d %d %d", seed, off, n), "CHECK")
+	}
+	peerCheck := func(seed byte, off, n int) string {
+		return ask(t, peer, fmt.Sprintf("check %d %d %d", seed, off, n), "CHECK")
+	}
+
+	// CopyTo: all of the host's region into the peer's memory.
+	start := time.Now()
+	require.NoError(t, hr.CopyTo(ctx, pr, 0, 0, size))
+	t.Logf("CopyTo %d bytes: %v", size, time.Since(start).Round(time.Microsecond))
+	assert.Equal(t, "ok", peerCheck(11, 0, size), "the peer's memory after CopyTo")
+
+	// CopyFrom: n bytes of the peer (pattern 31) from srcOff into the host
+	// region at off.
+	require.Equal(t, "", ask(t, peer, "fill 31", "FILLED"))
+	const srcOff, off, n = 1000, 3001, 700001
+	start = time.Now()
+	require.NoError(t, hr.CopyFrom(ctx, pr, srcOff, off, n))
+	t.Logf("CopyFrom %d bytes: %v", n, time.Since(start).Round(time.Microsecond))
+	assert.Equal(t, "ok", hostCheck(shifted(31, srcOff), off, n), "the host's region after CopyFrom")
+	assert.Equal(t, "ok", hostCheck(11, 0, off), "the host's bytes before the range")
+	assert.Equal(t, "ok", hostCheck(shifted(11, off+n), off+n, size-off-n), "the host's bytes after the range")
+
+	// SendAM: staging-3 bytes of the host region from offset 5 (pattern
+	// 41 there) as one active message, which the peer receives and checks
+	// against the seed in its header.
+	require.Equal(t, "", ask(t, host, "fill h 41", "FILLED"))
+	const amOff, amLen = 5, staging - 3
+	require.NoError(t, hr.SendAM(ctx, ep, amToPeer, []byte{shifted(41, amOff)}, amOff, amLen))
+	assert.Equal(t, fmt.Sprintf("ok rndv=true len=%d", amLen), peer.WaitLine(t, "AM", bound), "the peer received the host's bytes")
+
+	// ReceiveAM: the peer sends staging-1 bytes (pattern 51); the DPU lands
+	// them in the host region at offset 777.
+	const rOff, rLen = 777, staging - 1
+	_, err = fmt.Fprintf(peer.Stdin(), "sendam 51 %d\n", rLen)
+	require.NoError(t, err)
+	msg, err := dataQ.Receive(ctx)
+	require.NoError(t, err)
+	assert.True(t, msg.IsRendezvous())
+	got, err := hr.ReceiveAM(ctx, msg, rOff)
+	require.NoError(t, err)
+	assert.Equal(t, rLen, got)
+	assert.Equal(t, "err=<nil>", peer.WaitLine(t, "SENTAM", bound))
+	assert.Equal(t, "ok", hostCheck(51, rOff, rLen), "the host's region after ReceiveAM")
+	assert.Equal(t, "ok", hostCheck(41, 0, rOff), "the host's bytes before the range")
+	assert.Equal(t, "ok", hostCheck(shifted(41, rOff+rLen), rOff+rLen, size-rOff-rLen), "the host's bytes after the range")
+
+	st := imp.Stats()
+	assert.Equal(t, int64(2), st.Reads, "CopyTo and SendAM")
+	assert.Equal(t, int64(2), st.Writes, "CopyFrom and ReceiveAM")
+	assert.Equal(t, int64(size+amLen), st.BytesRead)
+	assert.Equal(t, int64(n+rLen), st.BytesWritten)
+	assert.Zero(t, st.Errors)
+
+	assert.NoError(t, pr.Key().Close())
+	assert.NoError(t, closeEP())
+	peer.CloseStdin()
+	peer.WaitLine(t, "DONE", bound)
+	assert.Equal(t, 0, peer.Wait(t, bound), "the peer's exit code")
+	require.NoError(t, imp.Close())
+	host.CloseStdin()
+	assert.Equal(t, "err=<nil>", host.WaitLine(t, "CLOSED", bound))
+	assert.Equal(t, 0, host.Wait(t, bound), "the host's exit code")
+}
