@@ -74,6 +74,11 @@
 //     connection (rkey mode), and an endpoint that does not present its
 //     session's token in time is closed.
 //
+// One UCX issue is not prevented: in rkey mode over tcp, an importer that
+// dies (or loses its link) while its reads are in flight can make UCX
+// abort the exporter's process (docs/behaviour.md, "Known UCX issues
+// met").
+//
 // # Offload
 //
 // Region.CopyTo, CopyFrom, SendAM and ReceiveAM move a region's bytes to
