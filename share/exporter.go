@@ -75,7 +75,8 @@ func WithUCXConfig(name, value string) ExporterOption {
 }
 
 // WithExpvarName publishes the exporter's Stats through package expvar,
-// as the key "exporter.<name>" of the map "ucxshare", until Close.
+// as the key "exporter.<name>" of the map "ucxshare", until Close; a name
+// another exporter holds makes NewExporter fail (ucs.ErrAlreadyExists).
 func WithExpvarName(name string) ExporterOption { return func(o *exporterOptions) { o.name = name } }
 
 // ExportModeConfig is the UCX configuration export mode applies to the
@@ -188,7 +189,10 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	e.runStop, e.runDone = stop, make(chan struct{})
 	go func() { defer close(e.runDone); w.Run(runCtx) }()
 	if o.name != "" {
-		publish("exporter."+o.name, func() any { return e.Stats() })
+		if err := publish("exporter."+o.name, e, func() any { return e.Stats() }); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -219,6 +223,12 @@ func (e *Exporter) Mode() (Mode, string) { return e.mode, e.why }
 // with protection prot (ucp.ProtRemoteRead, ucp.ProtRemoteWrite or both).
 // b must stay valid, and is not to be freed or reused, until Remove(id) or
 // Close returned. Sessions open already get a grant for it at once.
+//
+// id is 1 to 255 bytes of UTF-8, b is not empty, and at most MaxRegions
+// are shared at once: otherwise the error wraps ucs.ErrInvalidParam,
+// ucs.ErrAlreadyExists (id is shared already), ucs.ErrExceedsLimit, or
+// ucs.ErrClosed after Close. A removed id may be added again; importers
+// then see a new Region under it, the removed one staying revoked.
 func (e *Exporter) Add(id string, b []byte, prot ucp.Prot) error {
 	const op = "share: add region"
 	if err := checkRegionID(op, id); err != nil {
@@ -235,9 +245,13 @@ func (e *Exporter) Add(id string, b []byte, prot ucp.Prot) error {
 		e.mu.Unlock()
 		return errs.New(op, ucs.ErrClosed, "the exporter is closed")
 	}
-	if _, ok := e.regions[id]; ok || len(e.regions) >= maxRegions {
+	if _, ok := e.regions[id]; ok {
 		e.mu.Unlock()
-		return errs.New(op, ucs.ErrAlreadyExists, "region %q is shared already, or %d regions are", id, maxRegions)
+		return errs.New(op, ucs.ErrAlreadyExists, "region %q is shared already", id)
+	}
+	if len(e.regions) >= MaxRegions {
+		e.mu.Unlock()
+		return errs.New(op, ucs.ErrExceedsLimit, "%d regions are shared already (MaxRegions)", MaxRegions)
 	}
 	r := &region{id: id, b: b, prot: prot | ucp.ProtLocalRead | ucp.ProtLocalWrite}
 	e.regions[id] = r
@@ -251,7 +265,8 @@ func (e *Exporter) Add(id string, b []byte, prot ucp.Prot) error {
 	return nil
 }
 
-// Remove stops sharing the region id: every importer's grant for it is
+// Remove stops sharing the region id (an unknown id is an error wrapping
+// ucs.ErrNoElem): every importer's grant for it is
 // revoked and waited for. It returns once no importer can reach the
 // region's memory: each acknowledged, failed, or (when ctx ended first)
 // had its session closed by force; the error then says how many.
@@ -378,13 +393,15 @@ func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*S
 // Serve accepts sessions on l until l is closed or the exporter is: the
 // control connection of each importer (a TCP listener, or TLS or a Unix
 // socket: any net.Listener). It returns the error that ended l's Accept,
-// or nil once Close closed l. In rkey mode the first Serve also starts the
-// UCX listener importers connect to for data (WithDataAddr).
+// or nil once Close closed l; called after Close, it closes l and returns
+// an error wrapping ucs.ErrClosed. In rkey mode the first Serve also
+// starts the UCX listener importers connect to for data (WithDataAddr).
 func (e *Exporter) Serve(l net.Listener) error {
 	const op = "share: serve"
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		l.Close()
 		return errs.New(op, ucs.ErrClosed, "the exporter is closed")
 	}
 	if e.mode == ModeRkey && e.data == nil {
@@ -398,6 +415,7 @@ func (e *Exporter) Serve(l net.Listener) error {
 		dl, err := e.w.Listen(addr)
 		if err != nil {
 			e.mu.Unlock()
+			l.Close()
 			return err
 		}
 		e.data = dl
@@ -553,7 +571,7 @@ func (e *Exporter) Close() error {
 	e.w.Close()
 	e.ctx.Close()
 	if e.o.name != "" {
-		unpublish("exporter." + e.o.name)
+		unpublish("exporter."+e.o.name, e)
 	}
 	return err
 }

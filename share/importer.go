@@ -72,7 +72,9 @@ func WithImporterUCXConfig(name, value string) ImporterOption {
 }
 
 // WithImporterExpvarName publishes the importer's Stats through package
-// expvar, as the key "importer.<name>" of the map "ucxshare", until Close.
+// expvar, as the key "importer.<name>" of the map "ucxshare", until Close;
+// a name another importer holds makes Dial and Open fail
+// (ucs.ErrAlreadyExists).
 func WithImporterExpvarName(name string) ImporterOption {
 	return func(o *importerOptions) { o.name = name }
 }
@@ -106,8 +108,9 @@ type Importer struct {
 	// loopStarted: the read loop runs (after the handshake), and closes
 	// readDone when it ends.
 	loopStarted bool
-	lastGen     uint64 // the newest generation granted in this session
-	closing     bool   // shutting down: grants for new regions are dropped
+	lastGen     uint64    // the newest generation granted in this session
+	closing     bool      // shutting down: grants for new regions are dropped
+	every       []*Region // every region made, those replaced by a newer one of their id too
 	regionsWG   sync.WaitGroup
 
 	st importerCounters
@@ -119,7 +122,14 @@ func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...I
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, address)
 	if err != nil {
-		return nil, &ucs.Error{Op: "share: dial", Err: ucs.ErrUnreachable, Wrapped: err}
+		cause := error(ucs.ErrUnreachable)
+		switch ctx.Err() {
+		case context.Canceled:
+			cause = ucs.ErrCanceled
+		case context.DeadlineExceeded:
+			cause = ucs.ErrTimedOut
+		}
+		return nil, &ucs.Error{Op: "share: dial", Err: cause, Wrapped: err}
 	}
 	imp, err := Open(ctx, c, sealer, opts...)
 	if err != nil {
@@ -168,7 +178,11 @@ func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOpt
 	imp.loopStarted = true
 	go imp.readLoop()
 	if o.name != "" {
-		publish("importer."+o.name, func() any { return imp.Stats() })
+		if err := publish("importer."+o.name, imp, func() any { return imp.Stats() }); err != nil {
+			imp.o.name = ""
+			imp.Close()
+			return nil, err
+		}
 	}
 	return imp, nil
 }
@@ -292,7 +306,7 @@ func (imp *Importer) handshake(ctx context.Context) error {
 			imp.mu.Lock()
 			r := imp.regions[g.Region]
 			imp.mu.Unlock()
-			if r != nil { // a newer grant of a region granted in this handshake
+			if r != nil && r.Err() == nil { // a newer grant of a region granted in this handshake
 				r.events <- regionEvent{grant: g}
 				continue
 			}
@@ -554,7 +568,7 @@ func (imp *Importer) Close() error {
 	imp.mu.Unlock()
 	imp.shutdown("the importer was closed")
 	if imp.o.name != "" {
-		unpublish("importer." + imp.o.name)
+		unpublish("importer."+imp.o.name, imp)
 	}
 	return nil
 }
@@ -564,7 +578,7 @@ func (imp *Importer) Close() error {
 func (imp *Importer) shutdown(reason string) {
 	imp.mu.Lock()
 	imp.closing = true // no region is made from now on
-	rs := imp.regionList()
+	rs := append([]*Region(nil), imp.every...)
 	imp.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
 	defer cancel()
@@ -587,17 +601,17 @@ func (imp *Importer) shutdown(reason string) {
 		}
 		<-retired
 	}
-	imp.send(frameBye, nil)
-	imp.conn.Close()
-	if imp.loopStarted {
-		<-imp.readDone
-	}
 	imp.mu.Lock()
 	if imp.endErr == nil { // every region was retired above
 		imp.endErr = &ucs.Error{Op: "share: session", Err: ucs.ErrClosed, Reason: reason}
 		close(imp.revoked)
 	}
 	imp.mu.Unlock()
+	imp.send(frameBye, nil)
+	imp.conn.Close()
+	if imp.loopStarted {
+		<-imp.readDone
+	}
 	for _, r := range rs {
 		close(r.events)
 	}
@@ -614,7 +628,10 @@ func (imp *Importer) teardown() {
 		}
 		cancel()
 	}
-	for _, r := range imp.Regions() {
+	imp.mu.Lock()
+	every := append([]*Region(nil), imp.every...)
+	imp.mu.Unlock()
+	for _, r := range every {
 		r.releaseStaging()
 	}
 	if imp.runStop != nil {

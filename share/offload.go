@@ -45,6 +45,7 @@ func (r *Region) CopyTo(ctx context.Context, dst ucp.RemoteRegion, dstOff, off, 
 	if err == nil {
 		err = dst.Flush(ctx)
 	}
+	err = r.revokedDuring(op, err)
 	r.imp.count(false, ifOK(n, err), err)
 	return err
 }
@@ -78,6 +79,7 @@ func (r *Region) CopyFrom(ctx context.Context, src ucp.RemoteRegion, srcOff, off
 	if err == nil {
 		err = g.rr.Flush(ctx)
 	}
+	err = r.revokedDuring(op, err)
 	r.imp.count(true, ifOK(n, err), err)
 	return err
 }
@@ -107,6 +109,7 @@ func (r *Region) SendAM(ctx context.Context, ep *ucp.Endpoint, id ucp.AMID, head
 			return r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, st, 0, n, ucp.AMRndv) })
 		})
 	}
+	err = r.revokedDuring(op, err)
 	r.imp.count(false, ifOK(n, err), err)
 	return err
 }
@@ -145,6 +148,7 @@ func (r *Region) ReceiveAM(ctx context.Context, m *ucp.AMMessage, off int) (int,
 			m.Drop()
 		}
 	}
+	err = r.revokedDuring(op, err)
 	r.imp.count(true, ifOK(n, err), err)
 	return ifOK(n, err), err
 }

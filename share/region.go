@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -57,6 +58,7 @@ func (imp *Importer) newRegion(g *grant) *Region {
 	r.cond.L = &r.mu
 	imp.mu.Lock()
 	imp.regions[g.Region] = r
+	imp.every = append(imp.every, r)
 	imp.mu.Unlock()
 	imp.regionsWG.Add(1)
 	go r.loop()
@@ -64,12 +66,18 @@ func (imp *Importer) newRegion(g *grant) *Region {
 }
 
 // regionFor is the region a later grant is for, made if new.
+// A region revoked for good (removed, expired) stays so: a later grant
+// of the same id, after the exporter shared a region under that id again,
+// makes a new Region.
 func (imp *Importer) regionFor(g *grant) *Region {
 	imp.mu.Lock()
 	r, closing := imp.regions[g.Region], imp.closing
 	imp.mu.Unlock()
-	if r != nil || closing {
-		return r // nil while closing: the bye acknowledges the grant
+	if closing {
+		return nil // the bye acknowledges the grant
+	}
+	if r != nil && r.Err() == nil {
+		return r
 	}
 	return imp.newRegion(g)
 }
@@ -191,17 +199,17 @@ func (r *Region) rotate(g *grant) {
 	}
 	r.mu.Lock()
 	r.busy = false
+	revoked := r.err != nil // meanwhile: the new grant is dropped at once
 	if err != nil {
 		r.setErrLocked(&ucs.Error{Op: "share: rotate", Err: ErrRevoked, Reason: "the new grant could not be used", Wrapped: err})
-	} else {
+	} else if !revoked {
 		r.cur = next
-		if r.err != nil { // a region removed and shared again
-			r.err = nil
-			r.revoked = make(chan struct{})
-		}
 	}
 	r.cond.Broadcast()
 	r.mu.Unlock()
+	if err == nil && revoked {
+		r.retire(ctx, next)
+	}
 	if err != nil {
 		imp.st.errors.Add(1)
 		imp.send(frameRefuse, encodeRefuse(err))
@@ -401,7 +409,20 @@ func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write
 			n = 0
 		}
 	}
-	return n, err
+	return n, r.revokedDuring(op, err)
+}
+
+// revokedDuring is err, or for a call the region's revocation (or the
+// session's end) overtook, an error wrapping ErrRevoked that keeps err:
+// UCX then reports what the closed endpoint did to the call.
+func (r *Region) revokedDuring(op string, err error) error {
+	if err == nil || errors.Is(err, ErrRevoked) {
+		return err
+	}
+	if cause := r.Err(); cause != nil {
+		return &ucs.Error{Op: op, Err: ErrRevoked, Reason: "region " + r.id + " was revoked during the call", Wrapped: err}
+	}
+	return err
 }
 
 // pipeline runs start over [0,total) in chunks, depth in flight; it
@@ -449,7 +470,11 @@ func (imp *Importer) pipeline(ctx context.Context, total, chunk, depth int, star
 	}
 	if first != nil {
 		if ce := ctx.Err(); ce != nil && first == ce {
-			first = &ucs.Error{Op: "share: transfer", Err: ucs.ErrTimedOut, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
+			cause := ucs.ErrTimedOut
+			if ce == context.Canceled {
+				cause = ucs.ErrCanceled
+			}
+			first = &ucs.Error{Op: "share: transfer", Err: cause, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
 		}
 	}
 	return done, first

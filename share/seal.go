@@ -3,16 +3,17 @@ package share
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
 
 	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // Sealer protects the grants an exporter sends: Seal makes the bytes an
 // importer can prove came from a holder of the same secret, Open proves it
 // and returns the bytes sealed. Open must refuse anything Seal did not
 // produce under the same secret, and must never return an error that
-// contains the secret or the sealed bytes. Implementations are used from
+// contains the secret or the sealed bytes. The default's errors wrap
+// ErrSeal. Implementations are used from
 // several goroutines at once.
 type Sealer interface {
 	Seal(msg []byte) ([]byte, error)
@@ -48,7 +49,7 @@ func (s *hmacSealer) Seal(msg []byte) ([]byte, error) {
 	return append(out, s.mac(msg)...), nil
 }
 
-var errMAC = errors.New("HMAC-SHA256 mismatch")
+var errMAC = &ucs.Error{Op: "share: open sealed", Err: ErrSeal, Reason: "HMAC-SHA256 mismatch (another secret, or altered bytes)"}
 
 func (s *hmacSealer) Open(sealed []byte) ([]byte, error) {
 	if len(sealed) < sha256.Size {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // ExporterStats are an exporter's counters since NewExporter. The
@@ -103,18 +105,34 @@ func (s *Session) Stats() SessionStats {
 }
 
 // The expvar names: "ucxshare" is one expvar.Map; each exporter or
-// importer given a name is a key in it.
+// importer given a name is a key in it, held by that one until its Close.
 var (
-	expvarOnce sync.Once
-	expvarMap  *expvar.Map
+	expvarOnce  sync.Once
+	expvarMap   *expvar.Map
+	expvarMu    sync.Mutex
+	expvarOwner = map[string]any{}
 )
 
-func publish(name string, f func() any) {
+// publish makes f the key name of the map, owned by owner; a name held by
+// another is refused.
+func publish(name string, owner any, f func() any) error {
 	expvarOnce.Do(func() { expvarMap = expvar.NewMap("ucxshare") })
+	expvarMu.Lock()
+	defer expvarMu.Unlock()
+	if _, taken := expvarOwner[name]; taken {
+		return &ucs.Error{Op: "share: publish counters", Err: ucs.ErrAlreadyExists, Reason: "the expvar key " + name + " of the map ucxshare is another's until its Close"}
+	}
+	expvarOwner[name] = owner
 	expvarMap.Set(name, expvar.Func(f))
+	return nil
 }
 
-func unpublish(name string) {
-	expvarOnce.Do(func() { expvarMap = expvar.NewMap("ucxshare") })
-	expvarMap.Delete(name)
+// unpublish removes the key name if owner holds it.
+func unpublish(name string, owner any) {
+	expvarMu.Lock()
+	defer expvarMu.Unlock()
+	if expvarOwner[name] == owner {
+		delete(expvarOwner, name)
+		expvarMap.Delete(name)
+	}
 }

@@ -22,7 +22,6 @@ const (
 	maxKey       = 64 << 10
 	maxRegionID  = 255
 	maxReason    = 1024
-	maxRegions   = 4096
 )
 
 type frameType uint8
@@ -47,6 +46,9 @@ func (t frameType) String() string {
 	}
 	return fmt.Sprintf("frame(%d)", uint8(t))
 }
+
+// MaxRegions is how many regions an exporter shares at most at once.
+const MaxRegions = 4096
 
 // Mode is how an exporter gives access to its memory.
 type Mode uint8

@@ -1,0 +1,902 @@
+package share_test
+
+// Tests written by a newcomer from the README section "Sharing memory with a
+// DPU" and the package godoc only: the public API used in the order a
+// service author would write it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"expvar"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// newcomerService is what a host service would keep: its exporter, the
+// buffers it shares and where it serves.
+type newcomerService struct {
+	exp     *share.Exporter
+	l       net.Listener
+	buffers map[string][]byte
+	served  chan error
+}
+
+func newNewcomerService(t *testing.T, s share.Sealer, regions map[string][]byte, opts ...share.ExporterOption) *newcomerService {
+	t.Helper()
+	exp, err := share.NewExporter(s, opts...)
+	require.NoError(t, err)
+	for id, b := range regions {
+		require.NoError(t, exp.Add(id, b, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &newcomerService{exp: exp, l: l, buffers: regions, served: make(chan error, 1)}
+	go func() { svc.served <- exp.Serve(l) }()
+	return svc
+}
+
+func (s *newcomerService) addr() string { return s.l.Addr().String() }
+
+// newcomerClient is what the DPU side would keep: the importer and its
+// regions by id.
+type newcomerClient struct {
+	imp     *share.Importer
+	regions map[string]*share.Region
+}
+
+func newNewcomerClient(t *testing.T, ctx context.Context, addr string, s share.Sealer) *newcomerClient {
+	t.Helper()
+	imp, err := share.Dial(ctx, "tcp", addr, s)
+	require.NoError(t, err)
+	c := &newcomerClient{imp: imp, regions: map[string]*share.Region{}}
+	for _, r := range imp.Regions() {
+		c.regions[r.ID()] = r
+	}
+	return c
+}
+
+// newcomerExporter is an exporter that does not serve. The helper serve(t)
+// fails a test that never dials: its cleanup closes the exporter, and when
+// Close runs before the `go exp.Serve(l)` goroutine got to Serve, Serve
+// returns "the exporter is closed", which the helper requires to be nil
+// (the race of TestNewcomerServeAfterCloseLeavesListenerOpen).
+func newcomerExporter(t *testing.T) *share.Exporter {
+	exp, err := share.NewExporter(sealer(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { exp.Close() })
+	return exp
+}
+
+func newcomerCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// isShareError checks the documented shape: an *ucs.Error wrapping want.
+func isShareError(t *testing.T, err error, want error) {
+	t.Helper()
+	require.Error(t, err)
+	var ue *ucs.Error
+	assert.True(t, errors.As(err, &ue), "error %v (%T) is not a *ucs.Error", err, err)
+	assert.ErrorIs(t, err, want, "error: %v", err)
+}
+
+// (1) The service round trip: ReadAt/WriteAt, io.SectionReader,
+// io.NewOffsetWriter, io.Copy between two regions.
+func TestNewcomerServiceRoundTrip(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	frames := pattern(64<<10, 1)
+	want := append([]byte(nil), frames...)
+	scratch := make([]byte, 64<<10)
+	svc := newNewcomerService(t, s, map[string][]byte{"frames": frames, "scratch": scratch})
+	defer svc.l.Close()
+	defer svc.exp.Close()
+
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	defer c.imp.Close()
+
+	require.Len(t, c.regions, 2)
+	fr, ok := c.regions["frames"]
+	require.True(t, ok)
+	sc := c.regions["scratch"]
+	require.NotNil(t, sc)
+	assert.Equal(t, len(frames), fr.Len())
+	assert.Equal(t, "frames", fr.ID())
+	assert.True(t, fr.Expires().After(time.Now()))
+	assert.NoError(t, fr.Err())
+
+	// The same region through Importer.Region.
+	fr2, err := c.imp.Region("frames")
+	require.NoError(t, err)
+	assert.Equal(t, fr.Len(), fr2.Len())
+
+	// ReadAt whole.
+	p := make([]byte, fr.Len())
+	n, err := fr.ReadAt(p, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(p), n)
+	require.True(t, bytes.Equal(want, p))
+
+	// ReadAt across the end: fewer bytes, io.EOF (io.ReaderAt contract).
+	p = make([]byte, 100)
+	n, err = fr.ReadAt(p, int64(fr.Len()-40))
+	assert.Equal(t, 40, n)
+	assert.ErrorIs(t, err, io.EOF)
+	assert.True(t, bytes.Equal(want[len(want)-40:], p[:40]))
+
+	// ReadAt exactly at the end: 0, io.EOF.
+	n, err = fr.ReadAt(make([]byte, 1), int64(fr.Len()))
+	assert.Equal(t, 0, n)
+	assert.ErrorIs(t, err, io.EOF)
+
+	// io.SectionReader over the region.
+	sr := io.NewSectionReader(fr, 1000, 5000)
+	got, err := io.ReadAll(sr)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want[1000:6000], got))
+
+	// io.NewOffsetWriter over the other region.
+	w := io.NewOffsetWriter(sc, 10)
+	n, err = w.Write([]byte("hello"))
+	require.NoError(t, err)
+	assert.Equal(t, 5, n)
+	assert.Equal(t, "hello", string(scratch[10:15]), "WriteAt returns once the bytes are in the host's memory")
+
+	// io.Copy a whole region into the other.
+	n64, err := io.Copy(io.NewOffsetWriter(sc, 0), io.NewSectionReader(fr, 0, int64(fr.Len())))
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(want)), n64)
+	assert.True(t, bytes.Equal(want, scratch))
+
+	// A write that does not fit writes nothing.
+	before := append([]byte(nil), scratch[len(scratch)-3:]...)
+	n, err = sc.WriteAt([]byte("0123456789"), int64(sc.Len()-3))
+	assert.Error(t, err)
+	assert.Equal(t, 0, n)
+	assert.Equal(t, before, scratch[len(scratch)-3:])
+
+	// Negative offsets are refused, not a panic.
+	_, err = fr.ReadAt(make([]byte, 1), -1)
+	assert.Error(t, err)
+	_, err = sc.WriteAt([]byte("x"), -1)
+	assert.Error(t, err)
+
+	// Zero-length calls are harmless.
+	n, err = fr.ReadAt(nil, 0)
+	assert.Equal(t, 0, n)
+	assert.NoError(t, err)
+
+	// Unknown region: ucs.ErrNoElem.
+	_, err = c.imp.Region("nope")
+	assert.ErrorIs(t, err, ucs.ErrNoElem)
+
+	st := c.imp.Stats()
+	assert.Equal(t, 2, st.Regions)
+	assert.Greater(t, st.BytesRead, int64(0))
+	assert.Greater(t, st.BytesWritten, int64(0))
+	es := svc.exp.Stats()
+	assert.Equal(t, int64(2), es.Regions)
+	assert.Equal(t, 1, es.Importers)
+	assert.Len(t, es.Sessions, 1)
+	assert.Len(t, svc.exp.Sessions(), 1)
+}
+
+// (2) Closing in the order that comes to mind: defers for the importer and
+// the exporter, the listener closed by the test.
+func TestNewcomerCloseOrderDefers(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	buf := pattern(4096, 2)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": buf})
+	func() {
+		defer svc.l.Close()
+		defer svc.exp.Close()
+		c := newNewcomerClient(t, ctx, svc.addr(), s)
+		defer c.imp.Close()
+		_, err := c.regions["b"].ReadAt(make([]byte, 10), 0)
+		require.NoError(t, err)
+	}()
+	select {
+	case err := <-svc.served:
+		// Close closed l: Serve returns nil.
+		assert.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+}
+
+// (2) The listener closed by the test before the exporter.
+func TestNewcomerListenerClosedFirst(t *testing.T) {
+	s := sealer(t)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(4096, 3)})
+	defer svc.exp.Close()
+	require.NoError(t, svc.l.Close())
+	select {
+	case err := <-svc.served:
+		// "It returns the error that ended l's Accept".
+		assert.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(2 * time.Second):
+		t.Fatal("Serve did not return after the listener closed")
+	}
+	// Closing the listener (again) after Close must not matter either.
+	assert.NoError(t, svc.exp.Close())
+}
+
+// (2) The exporter closed while an importer goroutine still reads.
+func TestNewcomerExporterClosedWhileReading(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(256<<10, 4)})
+	defer svc.l.Close()
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	defer c.imp.Close()
+	r := c.regions["b"]
+
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, r.Len())
+		var once sync.Once
+		for {
+			_, err := r.ReadAt(p, 0)
+			once.Do(func() { close(started) })
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	<-started
+	closed := make(chan error, 1)
+	go func() { closed <- svc.exp.Close() }()
+	select {
+	case err := <-closed:
+		assert.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("Exporter.Close hung while an importer read")
+	}
+	select {
+	case err := <-done:
+		isShareError(t, err, share.ErrRevoked)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the reader never saw the revocation")
+	}
+	select {
+	case <-c.imp.Revoked():
+	case <-time.After(time.Second):
+		t.Fatal("Importer.Revoked not closed")
+	}
+	assert.ErrorIs(t, c.imp.Err(), share.ErrRevoked)
+	assert.ErrorIs(t, r.Err(), share.ErrRevoked)
+}
+
+// (3) A Region used after Importer.Close.
+func TestNewcomerRegionAfterImporterClose(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	buf := pattern(4096, 5)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": buf})
+	defer svc.l.Close()
+	defer svc.exp.Close()
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	r := c.regions["b"]
+	require.NoError(t, c.imp.Close())
+
+	before := append([]byte(nil), buf...)
+	p := make([]byte, 10)
+	n, err := r.ReadAt(p, 0)
+	assert.Equal(t, 0, n)
+	require.Error(t, err)
+	t.Logf("ReadAt after Importer.Close: %v (ErrRevoked=%v, ErrClosed=%v)",
+		err, errors.Is(err, share.ErrRevoked), errors.Is(err, ucs.ErrClosed))
+	assert.True(t, errors.Is(err, share.ErrRevoked) || errors.Is(err, ucs.ErrClosed), "%v", err)
+	var ue *ucs.Error
+	assert.True(t, errors.As(err, &ue))
+
+	n, err = r.WriteAt([]byte("xx"), 0)
+	assert.Equal(t, 0, n)
+	assert.Error(t, err)
+	assert.Equal(t, before, buf, "a write after Close reached the exporter's memory")
+
+	_, err = r.ReadAtContext(ctx, p, 0)
+	assert.Error(t, err)
+	_, err = io.Copy(io.Discard, io.NewSectionReader(r, 0, int64(r.Len())))
+	assert.Error(t, err)
+
+	// Close again: safe, and the region's accessors still answer.
+	assert.NoError(t, c.imp.Close())
+	assert.Equal(t, 4096, r.Len())
+	assert.Equal(t, "b", r.ID())
+	select {
+	case <-c.imp.Revoked():
+	case <-time.After(time.Second):
+		t.Fatal("Revoked not closed after Importer.Close")
+	}
+	t.Logf("imp.Err after Close: %v; r.Err: %v", c.imp.Err(), r.Err())
+}
+
+// (4) Revoke twice, and importers may open new sessions afterwards.
+func TestNewcomerRevokeTwice(t *testing.T) {
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("b", pattern(4096, 6), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	ctx := newcomerCtx(t)
+	imp := dial(t, addr)
+	r, err := imp.Region("b")
+	require.NoError(t, err)
+
+	require.NoError(t, exp.Revoke(ctx))
+	select {
+	case <-imp.Revoked():
+	case <-time.After(time.Second):
+		t.Fatal("importer not revoked")
+	}
+	isShareError(t, imp.Err(), share.ErrRevoked)
+	_, err = r.ReadAt(make([]byte, 1), 0)
+	isShareError(t, err, share.ErrRevoked)
+
+	require.NoError(t, exp.Revoke(ctx), "a second Revoke with nobody to revoke")
+
+	// A new session works.
+	imp2 := dial(t, addr)
+	r2, err := imp2.Region("b")
+	require.NoError(t, err)
+	_, err = r2.ReadAt(make([]byte, 16), 0)
+	require.NoError(t, err)
+	assert.NoError(t, imp.Close())
+}
+
+// (4) Close twice, concurrently, on both sides.
+func TestNewcomerCloseTwice(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(4096, 7)})
+	defer svc.l.Close()
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 3; i++ {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- c.imp.Close() }()
+		go func() { defer wg.Done(); errs <- svc.exp.Close() }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.NoError(t, c.imp.Close())
+	assert.NoError(t, svc.exp.Close())
+}
+
+// (4) Remove of an unknown id.
+func TestNewcomerRemoveUnknown(t *testing.T) {
+	// Not serve(t): see newcomerExporter.
+	exp := newcomerExporter(t)
+	err := exp.Remove(newcomerCtx(t), "never-added")
+	require.Error(t, err)
+	t.Logf("Remove unknown: %v", err)
+	assert.ErrorIs(t, err, ucs.ErrNoElem)
+}
+
+// (4) Add after Close.
+func TestNewcomerAddAfterClose(t *testing.T) {
+	exp, err := share.NewExporter(sealer(t))
+	require.NoError(t, err)
+	require.NoError(t, exp.Close())
+	err = exp.Add("late", make([]byte, 64), ucp.ProtRemoteRead)
+	require.Error(t, err)
+	isShareError(t, err, ucs.ErrClosed)
+	// Other calls after Close.
+	assert.Error(t, exp.Remove(context.Background(), "late"))
+	err = exp.Serve(listen(t))
+	t.Logf("Serve after Close: %v", err)
+	assert.Error(t, err)
+	_ = exp.Stats()
+	assert.Empty(t, exp.Sessions())
+}
+
+// (4) Add with the same id twice.
+func TestNewcomerAddSameIDTwice(t *testing.T) {
+	exp, addr := serve(t)
+	first := pattern(128, 8)
+	second := pattern(256, 9)
+	require.NoError(t, exp.Add("dup", first, ucp.ProtRemoteRead))
+	err := exp.Add("dup", second, ucp.ProtRemoteRead)
+	require.Error(t, err, "the second Add of an id must be refused, not replace silently")
+	t.Logf("Add same id twice: %v", err)
+	var ue *ucs.Error
+	assert.True(t, errors.As(err, &ue))
+	// The first stays shared.
+	imp := dial(t, addr)
+	r, err := imp.Region("dup")
+	require.NoError(t, err)
+	assert.Equal(t, len(first), r.Len())
+}
+
+// (4) Add with odd arguments: empty buffer, empty id, no protection.
+func TestNewcomerAddOddArguments(t *testing.T) {
+	exp := newcomerExporter(t)
+	err := exp.Add("empty", nil, ucp.ProtRemoteRead)
+	t.Logf("Add nil buffer: %v", err)
+	err = exp.Add("", make([]byte, 16), ucp.ProtRemoteRead)
+	t.Logf("Add empty id: %v", err)
+	err = exp.Add("noprot", make([]byte, 16), 0)
+	t.Logf("Add prot 0: %v", err)
+	assert.Error(t, err, "prot must be ProtRemoteRead, ProtRemoteWrite or both")
+}
+
+// (4) Dial to a closed exporter: an error, no hang.
+func TestNewcomerDialClosedExporter(t *testing.T) {
+	s := sealer(t)
+	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(64, 10)})
+	addr := svc.addr()
+	// Make sure Serve runs: one session opened and closed.
+	c := newNewcomerClient(t, newcomerCtx(t), addr, s)
+	require.NoError(t, c.imp.Close())
+	require.NoError(t, svc.exp.Close())
+	require.NoError(t, <-svc.served)
+	start := time.Now()
+	imp, err := share.Dial(newcomerCtx(t), "tcp", addr, s)
+	if imp != nil {
+		imp.Close()
+	}
+	require.Error(t, err)
+	t.Logf("Dial closed exporter: %v (%v)", err, time.Since(start))
+	assert.Less(t, time.Since(start), time.Second)
+	var ue *ucs.Error
+	assert.True(t, errors.As(err, &ue), "%T", err)
+}
+
+// (4) The natural `go exp.Serve(l)` followed soon by `exp.Close()`: when
+// Close wins the race, Serve returns "the exporter is closed" but leaves l
+// open, so a later Dial is accepted by the kernel and hangs until the
+// handshake timeout instead of failing at once.
+func TestNewcomerServeAfterCloseLeavesListenerOpen(t *testing.T) {
+	s := sealer(t)
+	exp, err := share.NewExporter(s)
+	require.NoError(t, err)
+	require.NoError(t, exp.Add("b", make([]byte, 64), ucp.ProtRemoteRead))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, exp.Close())
+	err = exp.Serve(l)
+	isShareError(t, err, ucs.ErrClosed)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	imp, err := share.Dial(ctx, "tcp", l.Addr().String(), s)
+	if imp != nil {
+		imp.Close()
+	}
+	t.Logf("Dial after Serve-after-Close: %v (%v)", err, time.Since(start))
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 400*time.Millisecond, "Dial waited for its ctx: %v", err)
+	// Like http.Server.Serve, Serve should have closed l (it does in the
+	// non-racing case: "nil once Close closed l").
+	assert.ErrorIs(t, l.Close(), net.ErrClosed, "Serve after Close left the listener open")
+}
+
+// (4) Dial with a nil sealer: an error, not a panic.
+func TestNewcomerDialNilSealer(t *testing.T) {
+	_, addr := serve(t)
+	var imp *share.Importer
+	var err error
+	require.NotPanics(t, func() {
+		imp, err = share.Dial(newcomerCtx(t), "tcp", addr, nil)
+	})
+	if imp != nil {
+		imp.Close()
+	}
+	require.Error(t, err)
+	t.Logf("Dial nil sealer: %v", err)
+	var ue *ucs.Error
+	assert.True(t, errors.As(err, &ue), "%T", err)
+}
+
+// (4) NewExporter with a nil sealer: an error, not a panic.
+func TestNewcomerNewExporterNilSealer(t *testing.T) {
+	var exp *share.Exporter
+	var err error
+	require.NotPanics(t, func() { exp, err = share.NewExporter(nil) })
+	if exp != nil {
+		exp.Close()
+	}
+	require.Error(t, err)
+	t.Logf("NewExporter nil sealer: %v", err)
+}
+
+// (4) A 15-byte secret: ErrSeal ("a secret is unusable").
+func TestNewcomerShortSecret(t *testing.T) {
+	secret := []byte("fifteen bytes!!")
+	require.Len(t, secret, share.MinSecret-1)
+	s, err := share.NewHMACSealer(secret)
+	assert.Nil(t, s)
+	isShareError(t, err, share.ErrSeal)
+	assert.NotContains(t, err.Error(), string(secret), "the error must never hold the secret")
+
+	s, err = share.NewHMACSealer(append(secret, '!'))
+	require.NoError(t, err)
+	sealed, err := s.Seal([]byte("msg"))
+	require.NoError(t, err)
+	opened, err := s.Open(sealed)
+	require.NoError(t, err)
+	assert.Equal(t, "msg", string(opened))
+}
+
+// The HMAC sealer refusing altered bytes: the godoc says every error of the
+// package is an *ucs.Error wrapping a sentinel; ErrSeal names this case.
+func TestNewcomerHMACOpenAlteredError(t *testing.T) {
+	s, err := share.NewHMACSealer([]byte("a secret of at least 16 bytes"))
+	require.NoError(t, err)
+	sealed, err := s.Seal([]byte("msg"))
+	require.NoError(t, err)
+	sealed[0] ^= 1
+	_, err = s.Open(sealed)
+	isShareError(t, err, share.ErrSeal)
+	_, err = s.Open(nil)
+	isShareError(t, err, share.ErrSeal)
+}
+
+// The secret is copied: changing the caller's slice changes nothing.
+func TestNewcomerSecretCopied(t *testing.T) {
+	secret := []byte("a secret of at least 16 bytes")
+	s, err := share.NewHMACSealer(secret)
+	require.NoError(t, err)
+	sealed, err := s.Seal([]byte("m"))
+	require.NoError(t, err)
+	for i := range secret {
+		secret[i] = 0
+	}
+	_, err = s.Open(sealed)
+	assert.NoError(t, err)
+}
+
+// (5) A ctx already cancelled, passed to Dial.
+func TestNewcomerCancelledDial(t *testing.T) {
+	svc := newNewcomerService(t, sealer(t), map[string][]byte{"b": make([]byte, 64)})
+	defer svc.l.Close()
+	defer svc.exp.Close()
+	addr := svc.addr()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	imp, err := share.Dial(ctx, "tcp", addr, sealer(t))
+	if imp != nil {
+		imp.Close()
+	}
+	require.Error(t, err)
+	t.Logf("Dial cancelled: %v", err)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// (5) A ctx already cancelled, passed to ReadAtContext / WriteAtContext.
+func TestNewcomerCancelledReadWrite(t *testing.T) {
+	exp, addr := serve(t)
+	buf := pattern(64<<10, 11)
+	want := append([]byte(nil), buf...)
+	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	imp := dial(t, addr)
+	r, err := imp.Region("b")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := make([]byte, 4096)
+	n, err := r.ReadAtContext(ctx, p, 0)
+	require.Error(t, err)
+	t.Logf("ReadAtContext cancelled: n=%d %v", n, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 0, n, "nothing should start when ctx is already over")
+	assert.Equal(t, make([]byte, 4096), p, "p written after ctx was cancelled")
+
+	n, err = r.WriteAtContext(ctx, bytes.Repeat([]byte{0xEE}, 4096), 0)
+	require.Error(t, err)
+	t.Logf("WriteAtContext cancelled: n=%d %v", n, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 0, n)
+	assert.Equal(t, want, buf)
+
+	// The session is unharmed.
+	_, err = r.ReadAt(p, 0)
+	assert.NoError(t, err)
+	assert.NoError(t, imp.Err())
+}
+
+// (5) A ctx already cancelled, passed to Revoke: sessions closed by force,
+// the error says how many; the call must not hang.
+func TestNewcomerCancelledRevoke(t *testing.T) {
+	exp, addr := serve(t)
+	buf := pattern(4096, 12)
+	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	imp := dial(t, addr)
+	r, err := imp.Region("b")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	err = exp.Revoke(ctx)
+	t.Logf("Revoke cancelled ctx: %v (%v)", err, time.Since(start))
+	assert.Less(t, time.Since(start), time.Second)
+	if err != nil {
+		var ue *ucs.Error
+		assert.True(t, errors.As(err, &ue), "%T", err)
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+	// Once Revoke returned, no importer can reach any region.
+	select {
+	case <-imp.Revoked():
+	case <-time.After(2 * time.Second):
+		t.Fatal("importer never learnt it was cut off")
+	}
+	before := append([]byte(nil), buf...)
+	_, err = r.WriteAt([]byte("zz"), 0)
+	assert.Error(t, err)
+	assert.Equal(t, before, buf)
+	assert.Empty(t, exp.Sessions())
+}
+
+// (5) Cancelled ctx to Remove and Session.Revoke.
+func TestNewcomerCancelledRemoveAndSessionRevoke(t *testing.T) {
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("a", pattern(4096, 13), ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", pattern(4096, 14), ucp.ProtRemoteRead))
+	imp := dial(t, addr)
+	ra, err := imp.Region("a")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = exp.Remove(ctx, "a")
+	t.Logf("Remove cancelled ctx: %v", err)
+	_, err = ra.ReadAt(make([]byte, 1), 0)
+	assert.Error(t, err)
+
+	sessions := exp.Sessions()
+	for _, s := range sessions {
+		err := s.Revoke(ctx)
+		t.Logf("Session.Revoke cancelled ctx on %v: %v", s, err)
+		select {
+		case <-s.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("session not done after Revoke returned")
+		}
+	}
+	select {
+	case <-imp.Revoked():
+	case <-time.After(2 * time.Second):
+		t.Fatal("importer not revoked")
+	}
+}
+
+// (6) The same expvar name for two exporters.
+func TestNewcomerExpvarNameReused(t *testing.T) {
+	name := "newcomer-dup"
+	var e1, e2 *share.Exporter
+	var err1, err2 error
+	require.NotPanics(t, func() {
+		e1, err1 = share.NewExporter(sealer(t), share.WithExpvarName(name))
+	})
+	require.NoError(t, err1)
+	require.NotPanics(t, func() {
+		e2, err2 = share.NewExporter(sealer(t), share.WithExpvarName(name))
+	})
+	t.Logf("second exporter with the same expvar name: %v", err2)
+	if e2 != nil {
+		defer e2.Close()
+	}
+	m, ok := expvar.Get("ucxshare").(*expvar.Map)
+	require.True(t, ok, "map ucxshare not published")
+	v := m.Get("exporter." + name)
+	require.NotNil(t, v)
+	// Which exporter does the entry show? e1 shares one region, e2 none.
+	require.NoError(t, e1.Add("r", make([]byte, 64), ucp.ProtRemoteRead))
+	var st share.ExporterStats
+	require.NoError(t, json.Unmarshal([]byte(m.Get("exporter."+name).String()), &st))
+	t.Logf("published entry shows %d region(s) (e1 has 1, e2 has 0)", st.Regions)
+
+	require.NoError(t, e1.Close())
+	if err2 == nil {
+		// e2 still runs: its stats should still be published ("until Close").
+		assert.NotNil(t, m.Get("exporter."+name), "closing the first exporter unpublished the second one's stats")
+		require.NoError(t, e2.Close())
+	}
+	assert.Nil(t, m.Get("exporter."+name))
+}
+
+// (6) The same expvar name for two importers.
+func TestNewcomerImporterExpvarNameReused(t *testing.T) {
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("b", pattern(64, 15), ucp.ProtRemoteRead))
+	name := "newcomer-imp-dup"
+	i1 := dial(t, addr, share.WithImporterExpvarName(name))
+	var i2 *share.Importer
+	var err error
+	require.NotPanics(t, func() {
+		i2, err = share.Dial(newcomerCtx(t), "tcp", addr, sealer(t), share.WithImporterExpvarName(name))
+	})
+	t.Logf("second importer with the same expvar name: %v", err)
+	m := expvar.Get("ucxshare").(*expvar.Map)
+	require.NotNil(t, m.Get("importer."+name))
+	require.NoError(t, i1.Close())
+	if err == nil {
+		assert.NotNil(t, m.Get("importer."+name), "closing the first importer unpublished the second one's stats")
+		require.NoError(t, i2.Close())
+	}
+	assert.Nil(t, m.Get("importer."+name))
+}
+
+// Remove while an importer goroutine reads: the reader sees ErrRevoked, the
+// memory may be reused once Remove returned.
+func TestNewcomerRemoveWhileReading(t *testing.T) {
+	exp, addr := serve(t)
+	buf := pattern(256<<10, 16)
+	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	imp := dial(t, addr)
+	r, err := imp.Region("b")
+	require.NoError(t, err)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, 4096)
+		var once sync.Once
+		for {
+			_, err := r.WriteAt(p, 0)
+			once.Do(func() { close(started) })
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	<-started
+	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
+	// Reuse the memory.
+	for i := range buf {
+		buf[i] = 0xAB
+	}
+	select {
+	case err := <-done:
+		isShareError(t, err, share.ErrRevoked)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the writer never saw the revocation")
+	}
+	for i, b := range buf {
+		if b != 0xAB {
+			t.Fatalf("byte %d written after Remove returned", i)
+		}
+	}
+	// The session goes on; the region is gone for it.
+	assert.NoError(t, imp.Err())
+	select {
+	case <-r.Revoked():
+	default:
+		t.Error("Region.Revoked not closed after Remove")
+	}
+}
+
+// Remove a region, then Add a new buffer under the same id (a service
+// replacing a buffer): the open session gets a grant for it at once. The
+// *Region the importer kept for the removed one was revoked: "a revocation
+// fails every later call with an error wrapping ErrRevoked".
+func TestNewcomerRemoveThenAddSameID(t *testing.T) {
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("b", pattern(64, 17), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	imp := dial(t, addr)
+	old, err := imp.Region("b")
+	require.NoError(t, err)
+	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
+	isShareError(t, old.Err(), share.ErrRevoked)
+
+	nb := bytes.Repeat([]byte{0xCC}, 16)
+	require.NoError(t, exp.Add("b", nb, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	var r2 *share.Region
+	ok := assert.Eventually(t, func() bool {
+		r2, err = imp.Region("b")
+		return err == nil && r2.Len() == 16 && r2.Err() == nil
+	}, time.Second, 10*time.Millisecond, "the new grant never showed up as a 16-byte region")
+	if r2 != nil {
+		t.Logf("imp.Region(\"b\"): Len %d, Err %v, the removed *Region itself: %v", r2.Len(), r2.Err(), r2 == old)
+	}
+
+	// The old handle stays revoked.
+	select {
+	case <-old.Revoked():
+	default:
+		t.Error("the removed region's Revoked channel is open again")
+	}
+	assert.ErrorIs(t, old.Err(), share.ErrRevoked)
+	_, err = old.WriteAt([]byte{1, 2, 3, 4}, 0)
+	assert.ErrorIs(t, err, share.ErrRevoked, "WriteAt through the removed *Region")
+	assert.Equal(t, bytes.Repeat([]byte{0xCC}, 16), nb, "a revoked Region wrote into the new buffer")
+	p := make([]byte, 16)
+	if ok {
+		_, err = r2.ReadAt(p, 0)
+		require.NoError(t, err)
+		assert.Equal(t, nb, p)
+	}
+	_, err = old.ReadAt(make([]byte, old.Len()), 0)
+	t.Logf("ReadAt of Len() bytes through the removed *Region: %v", err)
+}
+
+// Rotate while an importer reads: no read fails, the region is not revoked.
+func TestNewcomerRotateWhileReading(t *testing.T) {
+	exp, addr := serve(t)
+	buf := pattern(64<<10, 18)
+	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead))
+	imp := dial(t, addr)
+	r, err := imp.Region("b")
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, 8192)
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := r.ReadAt(p, 0); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	require.NoError(t, exp.Rotate(newcomerCtx(t), "b", 50*time.Millisecond))
+	close(stop)
+	assert.NoError(t, <-done)
+	assert.NoError(t, r.Err())
+	select {
+	case <-r.Revoked():
+		t.Error("a rotation is not a revocation")
+	default:
+	}
+	p := make([]byte, 64)
+	_, err = r.ReadAt(p, 0)
+	require.NoError(t, err)
+	assert.Equal(t, buf[:64], p)
+	assert.Equal(t, int64(1), exp.Stats().Rotations)
+}
+
+// Session.Revoke cuts one importer off and leaves the other alone.
+func TestNewcomerSessionRevokeOne(t *testing.T) {
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("b", pattern(4096, 19), ucp.ProtRemoteRead))
+	i1 := dial(t, addr)
+	i2 := dial(t, addr)
+	sessions := exp.Sessions()
+	require.Len(t, sessions, 2)
+	require.NoError(t, sessions[0].Revoke(newcomerCtx(t)))
+	<-sessions[0].Done()
+	assert.NoError(t, sessions[0].Err(), "revoked and acknowledged is a clean end")
+	var revoked, alive *share.Importer
+	select {
+	case <-i1.Revoked():
+		revoked, alive = i1, i2
+	case <-i2.Revoked():
+		revoked, alive = i2, i1
+	case <-time.After(2 * time.Second):
+		t.Fatal("neither importer was revoked")
+	}
+	isShareError(t, revoked.Err(), share.ErrRevoked)
+	r, err := alive.Region("b")
+	require.NoError(t, err)
+	_, err = r.ReadAt(make([]byte, 100), 0)
+	assert.NoError(t, err)
+	assert.Len(t, exp.Sessions(), 1)
+}
