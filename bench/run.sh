@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/run.sh: Go benchmarks and their C twin, alternately (A B A B ...),
 # PAIRS pairs of ITERS operations each; prints medians and Go/C ratios, and
-# for the two-process latency rows UCX's own ucx_perftest as an anchor.
+# for the two-process latency rows UCX's own ucx_perftest as an anchor;
+# then package share's pipelined 64 MiB transfers beside the same transfer
+# in raw ucp calls (Go) and in the C twin, with their ratios.
 # BENCH_JSON=FILE also writes the table as JSON. Runs where UCX is (ci/run.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +26,23 @@ slow='Get8 Put64K Put1M Put4M Get64K Get1M Get4M'
 twoproc='AMPingPong8Shm AMPingPong8TCP Put8FlushShm Put8FlushTCP Get8Shm Get8TCP'
 slow_iters=$(( iters / 20 > 10 ? iters / 20 : 10 ))
 pair_iters=$(( iters / 10 > 10 ? iters / 10 : 10 ))
+# Pipelined transfers of 64 MiB over tcp (share_test.go and the twin's
+# --region-peer), ITERS/1000 of them per row and round, at least 2: the
+# share row (Region.ReadAt/WriteAt) and the raw row (ucp gets or puts on a
+# RemoteRegion) from the Go benchmark, the C row from the twin.
+share_rows='ShareRead64M ShareWrite64M'
+share_iters=$(( iters / 1000 > 2 ? iters / 1000 : 2 ))
+# The twin moves what share does: share.DefaultChunk bytes per operation,
+# share.DefaultDepth in flight, read from package share itself.
+share_const() { # NAME: the constant's value, evaluated ("512 << 10")
+	local v
+	v=$(sed -n "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*\([0-9][0-9 <]*\)\$/\1/p" share/importer.go)
+	v=$(( ${v:-0} ))
+	[ "$v" -gt 0 ] || { echo "bench: cannot read share.$1 from share/importer.go" >&2; exit 1; }
+	echo "$v"
+}
+share_chunk=$(share_const DefaultChunk)
+share_depth=$(share_const DefaultDepth)
 # Two-process rows: the client on core 0 and its peer on core 1 (Go's peer
 # under taskset, the C twin's by sched_setaffinity, ucx_perftest's server
 # and client alike), where there are two cores (BENCH_PIN=0: no pinning).
@@ -107,6 +126,16 @@ for p in $(seq "$pairs"); do
 	{ twin "$iters" $fast; twin "$slow_iters" $slow; } >"$work/c.$p"
 	{ pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} twin "$pair_iters" $twoproc; } >>"$work/c.$p"
 	while read -r row test tls factor; do perftest "$row" "$test" "$tls" "$factor"; done <<<"$anchors" >"$work/pt.$p"
+	# The transfers: Go (share, then raw, one peer) and C, in turn; which
+	# side goes first alternates between rounds.
+	for side in $( (( p % 2 )) && echo go c || echo c go); do
+		if [ "$side" = go ]; then
+			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} gobench "$share_iters" $share_rows >"$work/sgo.$p"
+		else
+			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} BENCH_SHARE_CHUNK=$share_chunk BENCH_SHARE_DEPTH=$share_depth \
+				twin "$share_iters" $share_rows >"$work/sc.$p"
+		fi
+	done
 done
 
 # Bytes per operation of the bandwidth benchmarks.
@@ -154,6 +183,33 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 	done
 	printf '%s' "$notes"
 	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets, $pair_iters for two-process rows), medians; UCX $(pkg-config --modversion ucx); ratios: Go/C for ns, Go/C for GB/s; perftest: ucx_perftest's mean (and median) as a round trip for the ping-pong tests, per get for ucp_get)"
+
+	# The transfers: ms per 64 MiB (medians over the rounds), the ratios of
+	# the times within each round (medians over the rounds: the load of a
+	# shared machine changes between rounds more than within one), GB/s.
+	printf '\n%-16s %12s %12s %12s %10s %8s %8s %11s\n' "64 MiB, tcp" share "raw Go" "C" share/raw raw/C share/C "allocs/op"
+	for name in $share_rows; do
+		for p in $(seq "$pairs"); do
+			awk -v n="$name" '$1 == n "/share" { s = $2 } $1 == n "/raw" { r = $2 } END { print s, r }' "$work/sgo.$p"
+			awk -v n="$name" '$1 == n { print $2 }' "$work/sc.$p"
+		done | paste - - >"$work/sr.$name" # per round: share raw C
+		sh=$(awk '{ print $1 }' "$work/sr.$name" | median)
+		rw=$(awk '{ print $2 }' "$work/sr.$name" | median)
+		c=$(awk '{ print $3 }' "$work/sr.$name" | median)
+		sr=$(awk '{ print $1 / $2 }' "$work/sr.$name" | median)
+		rc=$(awk '{ print $2 / $3 }' "$work/sr.$name" | median)
+		sc=$(awk '{ print $1 / $3 }' "$work/sr.$name" | median)
+		rounds=$(awk '{ printf "%s[%s,%s,%s]", (NR > 1 ? "," : ""), $1, $2, $3 }' "$work/sr.$name")
+		sa=$(awk -v n="$name/share" '$1 == n {print $3}' "$work/sgo.1")
+		ra=$(awk -v n="$name/raw" '$1 == n {print $3}' "$work/sgo.1")
+		read -r sh rw c sr rc sc < <(awk -v s="$sh" -v r="$rw" -v c="$c" -v sr="$sr" -v rc="$rc" -v sc="$sc" \
+			'BEGIN { printf "%.0f %.0f %.0f %.2f %.2f %.2f\n", s, r, c, sr, rc, sc }')
+		awk -v n="$name" -v s="$sh" -v r="$rw" -v c="$c" -v sr="$sr" -v rc="$rc" -v sc="$sc" -v a="$sa / $ra" -v b=$((64 << 20)) 'BEGIN {
+			printf "%-16s %9.2f ms %9.2f ms %9.2f ms %10s %8s %8s %11s\n", n, s / 1e6, r / 1e6, c / 1e6, sr, rc, sc, a
+			printf "%-16s %7.2f GB/s %7.2f GB/s %7.2f GB/s\n", "", b / s, b / r, b / c }'
+		json="$json{\"op\":\"$name\",\"share_ns\":$sh,\"raw_ns\":$rw,\"c_ns\":$c,\"share_raw\":$sr,\"raw_c\":$rc,\"share_c\":$sc,\"share_allocs\":$sa,\"raw_allocs\":$ra,\"rounds_ns\":[$rounds],\"chunk\":$share_chunk,\"depth\":$share_depth,\"tls\":\"tcp\"},"
+	done
+	echo "($pairs rounds, $share_iters transfers of 64 MiB per row each; times and GB/s: medians over the rounds; ratios: of times, above 1 the first is slower, the median over the rounds of each round's ratio; allocs/op: share / raw; chunk $share_chunk bytes, depth $share_depth, UCX_TLS=tcp)"
 	idle=$(timeout "$limit" bin/idle -for "${BENCH_IDLE:-5s}" 2>/dev/null)
 	echo "$idle"
 	[ -n "${BENCH_JSON:-}" ] && echo "{\"ucx\":\"$(pkg-config --modversion ucx)\",\"ops\":${json%,}],\"idle\":\"$idle\"}" >"$BENCH_JSON"

@@ -13,8 +13,14 @@ package bench
 //
 //	go test ./bench -run '^$' -bench Share -benchmem
 //
-// (BenchmarkShareSweep* also try other chunk sizes and depths). Not part
-// of run.sh's table: the C twin has no pipelined transfer of its own.
+// (BenchmarkShareSweep* also try other chunk sizes and depths). run.sh
+// runs BenchmarkShareRead64M and BenchmarkShareWrite64M (pinned, as the
+// other two-process rows) beside the C twin's rows of the same names,
+// which make the raw rows' transfer in C (twin.c, --region-peer: the same
+// listener, endpoint, key, chunk, depth and order of waits; the C client
+// busy-polls where the importer and the raw client here spin 50 µs and
+// then sleep on the worker's event fd, beside a goroutine running
+// Worker.Run).
 
 import (
 	"context"

@@ -3,9 +3,13 @@
  * parameters, timed the same way (a loop of N operations). Prints one line
  * per benchmark: "name ns/op". Usage: twin N [name...]
  * The two-process benchmarks run this program again as their peer:
- * twin --peer TLS (see twoproc_test.go for the protocol).
+ * twin --peer TLS (see twoproc_test.go for the protocol), and the
+ * pipelined 64 MiB transfers (share_test.go's raw rows) as
+ * twin --region-peer TLS.
  */
 #define _GNU_SOURCE /* sched_setaffinity */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -561,18 +565,16 @@ typedef struct {
 
 extern char **environ;
 
-static void remote_open(remote_t *r, const char *tls)
+/* Runs this program again as "twin MODE TLS", its stdin and stdout piped
+ * to *to_peer and *from_peer. posix_spawn, not fork: no copy of this
+ * process's UCX state. */
+static pid_t spawn_peer(const char *mode, const char *tls, FILE **to_peer, FILE **from_peer)
 {
     int in[2], out[2];
     posix_spawn_file_actions_t fa;
-    char *argv[] = {"twin", "--peer", (char *)tls, NULL};
-    char *line = NULL, *s;
-    size_t cap = 0, alen, plen;
-    void *paddr, *prkey;
-    ucp_address_t *addr;
+    char *argv[] = {"twin", (char *)mode, (char *)tls, NULL};
+    pid_t pid;
 
-    memset(r, 0, sizeof(*r));
-    /* posix_spawn, not fork: no copy of this process's UCX state. */
     if (pipe(in) || pipe(out)) {
         perror("pipe");
         exit(1);
@@ -582,15 +584,43 @@ static void remote_open(remote_t *r, const char *tls)
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, in[1]);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    if (posix_spawn(&r->pid, "/proc/self/exe", &fa, NULL, argv, environ) != 0) {
+    if (posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ) != 0) {
         perror("posix_spawn");
         exit(1);
     }
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
-    r->to_peer   = fdopen(in[1], "w");
-    r->from_peer = fdopen(out[0], "r");
+    *to_peer   = fdopen(in[1], "w");
+    *from_peer = fdopen(out[0], "r");
+    return pid;
+}
+
+/* Closes the peer's stdin (its cue to exit) and reaps it: killed if it has
+ * not exited within 10 s. */
+static void end_peer(pid_t pid, FILE *to_peer, FILE *from_peer)
+{
+    int status;
+    fclose(to_peer);
+    for (int i = 0; i < 1000 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
+        usleep(10000);
+    }
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    fclose(from_peer);
+}
+
+static void remote_open(remote_t *r, const char *tls)
+{
+    char *line = NULL, *s;
+    size_t cap = 0, alen, plen;
+    void *paddr, *prkey;
+    ucp_address_t *addr;
+
+    memset(r, 0, sizeof(*r));
+    r->pid = spawn_peer("--peer", tls, &r->to_peer, &r->from_peer);
     if (getline(&line, &cap, r->from_peer) <= 0) {
         fprintf(stderr, "twin: the peer ended early\n");
         exit(1);
@@ -625,22 +655,13 @@ static void remote_open(remote_t *r, const char *tls)
 
 static void remote_close(remote_t *r)
 {
-    int status;
     ucp_rkey_destroy(r->rkey);
     close_ep(r->w, r->ep);
     ucp_mem_unmap(ctx, r->local);
     ucp_worker_destroy(r->w);
     ucp_cleanup(ctx);
     ctx = r->saved_ctx;
-    fclose(r->to_peer); /* the peer's cue to exit */
-    for (int i = 0; i < 1000 && waitpid(r->pid, &status, WNOHANG) == 0; ++i) {
-        usleep(10000);
-    }
-    if (waitpid(r->pid, &status, WNOHANG) == 0) {
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, &status, 0);
-    }
-    fclose(r->from_peer);
+    end_peer(r->pid, r->to_peer, r->from_peer);
 }
 
 static void ping_pong(remote_t *r)
@@ -704,6 +725,271 @@ static void bench_put8_flush_tcp(void)    { bench_remote(tls_tcp, put8_flush); }
 static void bench_get8_shm(void)          { bench_remote(tls_shm, get8); }
 static void bench_get8_tcp(void)          { bench_remote(tls_tcp, get8); }
 
+/* ---- Pipelined 64 MiB over tcp on loopback: the C side of share_test.go's
+ * rows (ShareRead64M, ShareWrite64M), made as its raw rows make them. The
+ * peer (twin --region-peer TLS, pinned by BENCH_PEER_CPU) registers 64 MiB
+ * of its own memory, listens on 127.0.0.1 (a ucp listener, endpoints
+ * accepted with peer error handling), prints "PORT RKEY RADDR" (decimal,
+ * hex, decimal) and progresses as the other peer does until its stdin
+ * closes. The client connects to the listener (client-server, peer error
+ * handling), waits for the wire-up with a flush before it unpacks the key
+ * (as Endpoint.UnpackRegion does), and moves 64 MiB between its own
+ * unregistered buffer and the peer's: gets or puts of BENCH_SHARE_CHUNK
+ * bytes, BENCH_SHARE_DEPTH of them in flight, each waited for in the order
+ * started by busy-polling (ucp_request_check_status, ucp_worker_progress);
+ * puts are then flushed. One untimed transfer completes the wire-up first.
+ * run.sh reads chunk and depth from package share (DefaultChunk,
+ * DefaultDepth); the defaults here are theirs today, 512 KiB and 4. */
+#define REGION_SIZE (64 << 20)
+#define REGION_MAX_DEPTH 64 /* share's ring */
+#define REGION_MAX_EPS 16
+
+static ucp_listener_h region_listener;
+static ucp_conn_request_h region_conns[REGION_MAX_EPS]; /* accepted by the peer's loop */
+static int region_nconns;
+
+static void region_conn_cb(ucp_conn_request_h request, void *arg)
+{
+    if (region_nconns < REGION_MAX_EPS) {
+        region_conns[region_nconns++] = request;
+    } else {
+        ucp_listener_reject(region_listener, request);
+    }
+}
+
+static void region_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    *(ucs_status_t *)arg = status;
+}
+
+/* A 64 MiB buffer of its own, every page touched (as Go's make and fill). */
+static unsigned char *region_buf(int mul)
+{
+    unsigned char *b = aligned_alloc(4096, REGION_SIZE);
+    if (b == NULL) {
+        perror("aligned_alloc");
+        exit(1);
+    }
+    for (size_t i = 0; i < REGION_SIZE; ++i) {
+        b[i] = (unsigned char)(i * mul);
+    }
+    return b;
+}
+
+static void region_peer_main(const char *tls)
+{
+    ucp_worker_h w;
+    ucp_listener_params_t lp;
+    ucp_listener_attr_t la;
+    struct sockaddr_in sa;
+    ucp_ep_h eps[REGION_MAX_EPS];
+    ucs_status_t ep_err[REGION_MAX_EPS];
+    int neps = 0, efd, taken = 0;
+    void *packed;
+    size_t plen;
+
+    pin_peer();
+    ctx = new_context(tls);
+    w   = new_worker();
+    unsigned char *buf = region_buf(7);
+    ucp_mem_h target = map(buf, REGION_SIZE, 0);
+    CHECK(ucp_rkey_pack(ctx, target, &packed, &plen));
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask       = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr    = (const struct sockaddr *)&sa;
+    lp.sockaddr.addrlen = sizeof(sa);
+    lp.conn_handler.cb  = region_conn_cb;
+    CHECK(ucp_listener_create(w, &lp, &region_listener));
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    CHECK(ucp_listener_query(region_listener, &la));
+    printf("%u ", ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port));
+    put_hex(stdout, packed, plen);
+    printf(" %llu\n", (unsigned long long)(uintptr_t)buf);
+    fflush(stdout);
+    ucp_rkey_buffer_release(packed);
+
+    CHECK(ucp_worker_get_efd(w, &efd));
+    for (;;) {
+        int active = 0;
+        double t0 = now_ns();
+        for (int i = 0; i < 64 || now_ns() - t0 < 50e3; ++i) {
+            active = ucp_worker_progress(w) > 0;
+            for (; taken < region_nconns; ++taken) {
+                ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                                      .conn_request = region_conns[taken],
+                                      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                                      .err_handler = {.cb = region_ep_err_cb, .arg = &ep_err[neps]}};
+                ep_err[neps] = UCS_OK;
+                CHECK(ucp_ep_create(w, &ep, &eps[neps]));
+                ++neps;
+            }
+            if (active) {
+                break;
+            }
+        }
+        if (active || ucp_worker_arm(w) != UCS_OK) {
+            continue;
+        }
+        struct pollfd pfd[2] = {{.fd = efd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
+        poll(pfd, 2, 50);
+        if (pfd[1].revents) {
+            char b[256];
+            if (read(0, b, sizeof(b)) <= 0) {
+                break; /* the client is done */
+            }
+        }
+    }
+    while (neps > 0) {
+        close_ep(w, eps[--neps]);
+    }
+    ucp_listener_destroy(region_listener);
+    ucp_mem_unmap(ctx, target);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+    free(buf);
+}
+
+/* The twin's wait for an operation of the transfer: progress until UCX
+ * reports the request complete, then its outcome. */
+static void region_wait(ucp_worker_h w, void *r, const char *what)
+{
+    ucs_status_t st = UCS_OK;
+    if (UCS_PTR_IS_ERR(r)) {
+        st = UCS_PTR_STATUS(r);
+    } else if (r != NULL) {
+        while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+            ucp_worker_progress(w);
+        }
+        ((req_t *)r)->done = 0; /* request memory is reused */
+        ucp_request_free(r);
+    }
+    if (st != UCS_OK) {
+        fprintf(stderr, "twin: %s: %s\n", what, ucs_status_string(st));
+        exit(1);
+    }
+}
+
+typedef struct {
+    ucp_worker_h w;
+    ucp_ep_h ep;
+    ucp_rkey_h rkey;
+    uint64_t raddr;
+    unsigned char *buf;
+    size_t chunk;
+    int depth;
+} region_t;
+
+/* One transfer of the whole 64 MiB: share's pipeline in ucp calls. */
+static void region_move(region_t *g, int write)
+{
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
+    void *ring[REGION_MAX_DEPTH];
+    size_t next = 0, head = 0, tail = 0;
+
+    for (;;) {
+        while (next < REGION_SIZE && tail - head < (size_t)g->depth) {
+            size_t end = next + g->chunk < REGION_SIZE ? next + g->chunk : REGION_SIZE;
+            void *r = write ? ucp_put_nbx(g->ep, g->buf + next, end - next, g->raddr + next, g->rkey, &rp)
+                            : ucp_get_nbx(g->ep, g->buf + next, end - next, g->raddr + next, g->rkey, &rp);
+            if (UCS_PTR_IS_ERR(r)) {
+                region_wait(g->w, r, write ? "put" : "get");
+            }
+            ring[tail++ % g->depth] = r;
+            next = end;
+        }
+        if (head == tail) {
+            break;
+        }
+        region_wait(g->w, ring[head++ % g->depth], write ? "put" : "get");
+    }
+    if (write) {
+        region_wait(g->w, ucp_ep_flush_nbx(g->ep, &rp), "flush");
+    }
+}
+
+static long env_long(const char *name, long def, long lo, long hi)
+{
+    const char *v = getenv(name);
+    long n = (v != NULL && *v != '\0') ? atol(v) : def;
+    if (n < lo || n > hi) {
+        fprintf(stderr, "twin: %s=%s: not in [%ld, %ld]\n", name, v, lo, hi);
+        exit(1);
+    }
+    return n;
+}
+
+static void bench_region(const char *tls, int write)
+{
+    FILE *to_peer, *from_peer;
+    char *line = NULL, *s;
+    size_t cap = 0, plen;
+    void *prkey;
+    ucp_context_h saved = ctx;
+    ucs_status_t ep_err = UCS_OK;
+    struct sockaddr_in sa;
+    region_t g;
+    pid_t pid = spawn_peer("--region-peer", tls, &to_peer, &from_peer);
+
+    memset(&g, 0, sizeof(g));
+    g.chunk = env_long("BENCH_SHARE_CHUNK", 512 << 10, 1, REGION_SIZE);
+    g.depth = env_long("BENCH_SHARE_DEPTH", 4, 1, REGION_MAX_DEPTH);
+    if (getline(&line, &cap, from_peer) <= 0) {
+        fprintf(stderr, "twin: the region peer ended early\n");
+        exit(1);
+    }
+    s = line;
+    unsigned port = strtoul(s, &s, 10);
+    prkey   = get_hex(&s, &plen);
+    g.raddr = strtoull(s, NULL, 10);
+
+    ctx  = new_context(tls);
+    g.w  = new_worker();
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port        = htons(port);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                          .sockaddr = {.addr = (const struct sockaddr *)&sa, .addrlen = sizeof(sa)},
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = region_ep_err_cb, .arg = &ep_err}};
+    CHECK(ucp_ep_create(g.w, &ep, &g.ep));
+    ucp_request_param_t fp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
+    region_wait(g.w, ucp_ep_flush_nbx(g.ep, &fp), "wire-up flush");
+    CHECK(ucp_ep_rkey_unpack(g.ep, prkey, &g.rkey));
+    g.buf = region_buf(3);
+
+    region_move(&g, write);
+    START();
+    for (long i = 0; i < iters; ++i) {
+        region_move(&g, write);
+    }
+    END();
+    if (ep_err != UCS_OK) {
+        fprintf(stderr, "twin: endpoint failed: %s\n", ucs_status_string(ep_err));
+        exit(1);
+    }
+    ucp_rkey_destroy(g.rkey);
+    close_ep(g.w, g.ep);
+    ucp_worker_destroy(g.w);
+    ucp_cleanup(ctx);
+    ctx = saved;
+    end_peer(pid, to_peer, from_peer);
+    free(g.buf);
+    free(prkey);
+    free(line);
+}
+
+static void bench_share_read64m(void)  { bench_region(tls_tcp, 0); }
+static void bench_share_write64m(void) { bench_region(tls_tcp, 1); }
+
 static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"Register64K", bench_register64k}, {"Register4M", bench_register4m},
     {"Alloc64K", bench_alloc64k}, {"RkeyPack", bench_rkey_pack},
@@ -717,12 +1003,17 @@ static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"AMPingPong8Shm", bench_am_ping_pong8_shm}, {"AMPingPong8TCP", bench_am_ping_pong8_tcp},
     {"Put8FlushShm", bench_put8_flush_shm}, {"Put8FlushTCP", bench_put8_flush_tcp},
     {"Get8Shm", bench_get8_shm}, {"Get8TCP", bench_get8_tcp},
+    {"ShareRead64M", bench_share_read64m}, {"ShareWrite64M", bench_share_write64m},
 };
 
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "--peer") == 0) {
         peer_main(argv[2]);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[1], "--region-peer") == 0) {
+        region_peer_main(argv[2]);
         return 0;
     }
     iters = argc > 1 ? atol(argv[1]) : 2000;
