@@ -54,7 +54,8 @@ type igen struct {
 }
 
 func (imp *Importer) newRegion(g *grant) *Region {
-	r := &Region{imp: imp, id: g.Region, length: int(g.Length), events: make(chan regionEvent, 16), revoked: make(chan struct{})}
+	// busy until its first grant is in use: a call meanwhile waits for it.
+	r := &Region{imp: imp, id: g.Region, length: int(g.Length), events: make(chan regionEvent, 16), revoked: make(chan struct{}), busy: true}
 	r.cond.L = &r.mu
 	imp.mu.Lock()
 	imp.regions[g.Region] = r
@@ -133,7 +134,8 @@ func (r *Region) install(ctx context.Context, g *grant) error {
 		return err
 	}
 	r.mu.Lock()
-	r.cur, r.err = n, nil
+	r.cur, r.busy = n, false
+	r.cond.Broadcast()
 	r.mu.Unlock()
 	return nil
 }
