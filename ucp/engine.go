@@ -30,7 +30,7 @@ const (
 // handed to it (abandoned), the rendezvous data it holds, and its drain.
 // It is the worker's Resource state and references no Worker, so that a
 // Worker garbage collected with requests in flight is drained and released
-// from its engine alone (see collectWorker).
+// from its engine alone (the worker's cleanup does it).
 type engine struct {
 	c  cgo.Worker
 	mu sync.Mutex // serializes every UCX call on the worker

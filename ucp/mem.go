@@ -77,7 +77,7 @@ type memState struct {
 	h   cgo.MemHandle
 	pin runtime.Pinner
 	// exposed: a key or descriptor of it was handed out; Close then leaves
-	// the unmap to the context's release (see retiredMaps).
+	// the unmap to the context's release (its quarantine of retired maps).
 	exposed  atomic.Bool
 	retired  *retiredMaps
 	n        int         // length, for the quarantine's budget
