@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -352,7 +353,7 @@ func (e *Exporter) Revoke(ctx context.Context) error {
 	opening := e.sessionsWhere(true) // in their handshake: they hold nothing yet
 	e.mu.Unlock()
 	for _, s := range opening {
-		if !sessionIn(s, sessions) {
+		if !slices.Contains(sessions, s) {
 			s.end(&ucs.Error{Op: "share: revoke", Err: ErrRevoked, Reason: "the exporter revoked every importer during the handshake"}, false)
 		}
 	}
@@ -594,13 +595,4 @@ func (e *Exporter) newSession(c net.Conn) *Session {
 // address.
 func (s *Session) String() string {
 	return "session " + strconv.FormatUint(s.id, 10) + " from " + s.conn.RemoteAddr().String()
-}
-
-func sessionIn(s *Session, l []*Session) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

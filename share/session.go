@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
@@ -217,7 +217,7 @@ func (s *Session) handshake() error {
 	s.peerUCX = h.UCX
 	local := ucs.LoadedVersion()
 	if h.Proto != protoVersion {
-		err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "the importer speaks protocol version " + itoa(uint64(h.Proto)) + ", this exporter " + itoa(protoVersion)}
+		err = &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the importer speaks protocol version %d, this exporter %d", h.Proto, protoVersion)}
 	} else if err = compatible(local, h.UCX); err == nil {
 		switch {
 		case h.Want != ModeAuto && h.Want != e.mode:
@@ -498,5 +498,3 @@ func (s *Session) end(err error, graceful bool) {
 	}
 	close(s.done)
 }
-
-func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
