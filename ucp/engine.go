@@ -247,6 +247,9 @@ type waitReady struct {
 	// Receive: what they wait for cannot come after it). The other waits
 	// are for UCX operations, which a closed worker still completes.
 	endOnClose bool
+	// ctxWatched: the end of ctx already signals the worker (Run watches
+	// its ctx once for all its rounds), so a sleep need not watch it.
+	ctxWatched bool
 	req        cgo.Request   // P set: ready once it is done
 	gone       *atomic.Bool  // set: ready once true (a Request detached by another copy)
 	gets       *getsInFlight // ready once none is pending in UCX

@@ -27,15 +27,29 @@ import (
 // which this binding does not offer (ucp_request_cancel ignores every other
 // request, UCX 1.16 to 1.22 sources). The zero Request is not an
 // operation: its Wait returns an error wrapping ucs.ErrInvalidParam.
-type Request struct{ p *request }
+//
+// An operation that completed without error leaves nothing to release, and
+// every copy of its Request keeps reporting that outcome: Done true, Wait
+// and Test nil, Length as it was.
+type Request struct {
+	p   *request
+	gen uint32 // which use of p is this Request's operation
+}
 
-// request is the state every copy of a Request shares: one allocation per
-// operation that does not complete at once. A finalizer, not a cleanup,
-// detaches it when dropped: it needs the request itself, and a cleanup
-// would cost a second allocation per operation. Nothing a request
-// references refers back to it, as finalizers require.
+// request is the state every copy of a Request shares, for an operation
+// that does not complete at once. A finalizer, not a cleanup, detaches it
+// when dropped: it needs the request itself, and a cleanup would cost an
+// allocation per operation. Nothing a request references refers back to
+// it, as finalizers require.
+//
+// A request whose operation completed without error and without a length
+// is recycled (requestPool) for a later operation, so that the data path
+// allocates nothing: gen counts its uses, and a Request of an earlier use
+// (gen differs) is that completed operation, reported as such. Every other
+// outcome (an error, a length, a detach) stays with its request for good.
 type request struct {
 	mu      sync.Mutex
+	gen     uint32 // the use; changed under mu, only when recycled
 	w       *Worker
 	op      string
 	fl      inflight
@@ -63,8 +77,25 @@ type inflight struct {
 }
 
 // completedOK is every request that completed at once without error: such
-// requests allocate nothing. It is never written.
+// requests allocate nothing. It is never written, nor recycled.
 var completedOK = &request{done: true}
+
+// requestPool holds requests whose operation completed without error and
+// whose copies may still be held (see request).
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// recycleLocked returns p to the pool if its outcome is the one a Request
+// of an earlier use reports: done, no error, no length. Called with p.mu
+// held, once p is released and no Wait reads it; the caller must not use p
+// after unlocking.
+func (p *request) recycleLocked() {
+	if p == completedOK || !p.done || p.err != nil || p.n != 0 || p.live || p.waiting != 0 || p.gone.Load() {
+		return
+	}
+	p.gen++
+	p.w, p.op, p.done = nil, "", false
+	requestPool.Put(p)
+}
 
 // newRequest wraps a started operation. An in-flight request takes a
 // reference on the worker and on what it uses (the caller is inside their
@@ -76,7 +107,8 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 		}
 		return completedRequest(op, ucs.Status(r.St), 0)
 	}
-	p := &request{w: w, op: op, fl: inflight{res: w.res, c: r, pin: pin}, live: true}
+	p := requestPool.Get().(*request)
+	p.w, p.op, p.fl, p.live = w, op, inflight{res: w.res, c: r, pin: pin}, true
 	w.res.Ref()
 	for i, u := range uses {
 		if u != nil {
@@ -85,15 +117,15 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 		}
 	}
 	handle.Finalize(p, detachDropped)
-	return Request{p}
+	return Request{p, p.gen}
 }
 
 // completedRequest is a request that completed at once.
 func completedRequest(op string, st ucs.Status, n uint64) Request {
 	if st == ucs.OK && n == 0 {
-		return Request{completedOK}
+		return Request{p: completedOK}
 	}
-	return Request{&request{op: op, done: true, n: n, err: outcomeError(op, st)}}
+	return Request{p: &request{op: op, done: true, n: n, err: outcomeError(op, st)}}
 }
 
 // releaseHolds unpins and drops the references of a finished operation,
@@ -158,6 +190,9 @@ func (r Request) Test() (done bool, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.gen != r.gen { // an earlier use, which completed without error
+		return true, nil
+	}
 	if p.done {
 		return true, p.err
 	}
@@ -175,7 +210,9 @@ func (r Request) Test() (done bool, err error) {
 		return true, p.err
 	}
 	p.finishLocked()
-	return true, p.err
+	err = p.err
+	p.recycleLocked()
+	return true, err
 }
 
 // settleLocked records the outcome of an operation UCX completed, which a
@@ -217,6 +254,10 @@ func (r Request) Wait(ctx context.Context) error {
 		return neverStarted("")
 	}
 	p.mu.Lock()
+	if p.gen != r.gen { // an earlier use, which completed without error
+		p.mu.Unlock()
+		return nil
+	}
 	if p.done {
 		err := p.err // read under the lock, like every field of p
 		p.mu.Unlock()
@@ -263,7 +304,9 @@ func (r Request) Wait(ctx context.Context) error {
 	default:
 		return &ucs.Error{Op: p.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting; the operation is still in flight", Wrapped: ctx.Err()}
 	}
-	return p.err
+	err = p.err
+	p.recycleLocked()
+	return err
 }
 
 // Detach gives the operation to its worker, which releases it when UCX
@@ -281,7 +324,7 @@ func (r Request) Detach() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done || p.gone.Load() {
+	if p.gen != r.gen || p.done || p.gone.Load() {
 		return
 	}
 	p.gone.Store(true)
@@ -313,7 +356,7 @@ func (r Request) Done() bool {
 	}
 	r.p.mu.Lock()
 	defer r.p.mu.Unlock()
-	return r.p.done
+	return r.p.gen != r.gen || r.p.done
 }
 
 // Length is the number of bytes an active-message receive (ReceiveInto)
@@ -324,6 +367,9 @@ func (r Request) Length() int {
 	}
 	r.p.mu.Lock()
 	defer r.p.mu.Unlock()
+	if r.p.gen != r.gen {
+		return 0 // a recycled request had no length
+	}
 	return int(r.p.n)
 }
 

@@ -229,3 +229,50 @@ func TestDroppedClientWithRequestInFlightIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// Requests are stored and copied the way Go code keeps values: a slice of
+// every request of the last batch, kept after each was waited for. Later
+// operations, on any endpoint, must not change what those copies say, nor
+// be changed by them: a Detach of an old copy does nothing to the
+// operation started after it, which completes with its data.
+func TestRequestCopiesOutliveLaterOperations(t *testing.T) {
+	busy := newStalled(t)
+	busy.start(t)
+	var kept []ucp.Request
+	for range 32 {
+		req, err := busy.ep.Get(make([]byte, 8), busy.target.Address(), busy.rkey)
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+		kept = append(kept, req)
+	}
+
+	idle := newStalled(t) // its target is not progressed: gets stay in flight
+	bufs := make([][]byte, 32)
+	var later []ucp.Request
+	for i := range bufs {
+		bufs[i] = make([]byte, 8)
+		req, err := idle.ep.Get(bufs[i], idle.target.Address(), idle.rkey)
+		require.NoError(t, err)
+		later = append(later, req)
+	}
+	for _, r := range kept {
+		r.Detach() // done already: does nothing
+		assert.True(t, r.Done())
+		assert.NoError(t, r.Wait(context.Background()))
+		done, err := r.Test()
+		assert.True(t, done)
+		assert.NoError(t, err)
+		assert.Zero(t, r.Length())
+	}
+	for _, r := range later {
+		assert.False(t, r.Done(), "an operation whose target never progressed is done")
+	}
+	idle.start(t)
+	for i, r := range later {
+		require.NoError(t, r.Wait(waitCtx(t)), "get %d", i)
+		assert.Equal(t, "01234567", string(bufs[i]))
+	}
+	for _, r := range kept {
+		assert.NoError(t, r.Wait(context.Background()))
+	}
+}

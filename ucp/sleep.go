@@ -68,7 +68,8 @@ func (e *engine) openEventFD() error {
 
 // sleep arms the worker and sleeps until its event fd fires, the guard
 // ticks, or ctx is done, unless ready turns true first. It allocates
-// nothing for a ctx without a Done channel.
+// nothing for a ctx without a Done channel, nor for one whose end already
+// signals the worker (ready.ctxWatched).
 func (e *engine) sleep(ctx context.Context, ready waitReady) error {
 	s := &e.sleeper
 	s.waiters.Add(1)
@@ -136,7 +137,7 @@ func (e *engine) sleep(ctx context.Context, ready waitReady) error {
 		}
 		s.signals.Wait()
 	}()
-	if ctx.Done() != nil {
+	if ctx.Done() != nil && !ready.ctxWatched {
 		s.signals.Add(1)
 		stop := context.AfterFunc(ctx, s.ctxSignal)
 		defer func() {

@@ -326,8 +326,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.enter() {
 		return closedError("ucp: run worker")
 	}
+	// One watch of ctx for every round: its end signals the worker, so the
+	// rounds' sleeps allocate nothing. The signal touches UCX only while it
+	// holds a reference on the worker, so it is safe after Run returned.
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if w.res.Enter() {
+				w.signal()
+				w.res.Exit()
+			}
+		})
+		defer stop()
+	}
 	for {
-		err := w.waitFor(ctx, waitReady{op: "ucp: run worker", endOnClose: true})
+		err := w.waitFor(ctx, waitReady{op: "ucp: run worker", endOnClose: true, ctxWatched: true})
 		w.res.Exit()
 		// Between rounds Close may take the worker: Run then ends.
 		if err == nil && !w.enter() {
