@@ -175,7 +175,9 @@ func (w Worker) ClearAMHandler(id uint, h AMHandler) {
 // handler, in turn (one call per id, in C).
 func (w Worker) CoverAMIDs() Status { return Status(C.ucxgo_worker_cover_am_ids(w.p)) }
 
-// AMMessage is one received active message, copied out of C.
+// AMMessage is one received active message. Header and Data are views of
+// C memory that stay valid until the AMList it came in is freed: copy
+// them before that, never keep them.
 type AMMessage struct {
 	ID       uint
 	Header   []byte
@@ -186,30 +188,35 @@ type AMMessage struct {
 	ReplyEP  unsafe.Pointer // C ucp_ep_h, or nil
 }
 
-// TakeAM drains the worker's message queue: the messages are copied out
-// and the whole list is freed in one call.
-func (w Worker) TakeAM(out []AMMessage) []AMMessage {
-	head := C.ucxgo_worker_take_am(w.p)
-	if head == nil {
-		return out
+// AMList is the C memory of the messages one TakeAM drained.
+type AMList struct{ p *C.ucxgo_am_msg_t }
+
+// Free releases the list, and with it every Header and Data of its
+// messages.
+func (l AMList) Free() {
+	if l.p != nil {
+		C.ucxgo_am_msgs_free(l.p)
 	}
-	defer C.ucxgo_am_msgs_free(head)
-	for m := head; m != nil; {
-		next := m.next
+}
+
+// TakeAM drains the worker's message queue into out, in arrival order; the
+// caller copies what it keeps and then frees the list (one crossing each).
+func (w Worker) TakeAM(out []AMMessage) ([]AMMessage, AMList) {
+	head := C.ucxgo_worker_take_am(w.p)
+	for m := head; m != nil; m = m.next {
 		msg := AMMessage{
 			ID: uint(m.id), Length: int(m.length), Rndv: m.rndv != 0,
 			DataDesc: m.data_desc, ReplyEP: unsafe.Pointer(m.reply_ep),
 		}
 		if m.header_length > 0 {
-			msg.Header = C.GoBytes(unsafe.Pointer(m.header), C.int(m.header_length))
+			msg.Header = unsafe.Slice((*byte)(unsafe.Pointer(m.header)), int(m.header_length))
 		}
 		if !msg.Rndv && m.length > 0 {
-			msg.Data = C.GoBytes(unsafe.Pointer(m.data), C.int(m.length))
+			msg.Data = unsafe.Slice((*byte)(unsafe.Pointer(m.data)), int(m.length))
 		}
 		out = append(out, msg)
-		m = next
 	}
-	return out
+	return out, AMList{head}
 }
 
 // AMRecvData receives rendezvous data into buf (or mapped memory).

@@ -235,11 +235,29 @@ func (m *AMMessage) Drop() {
 	}
 }
 
-// amMessage is a message taken from the shim's queue, with its reply
-// endpoint resolved while the worker was locked.
-type amMessage struct {
-	cgo.AMMessage
-	Reply *Endpoint
+// newAMMessage copies a message out of the shim's C memory into Go memory
+// of its own (handlers may keep the message, its Header and its Data):
+// the message, and header and data together in a second allocation with
+// no pointers, which the handler may pass to C (echo it with SendAM, say):
+// cgo refuses memory that holds Go pointers, such as the message's own.
+// Header and Data are capped, so appending to one never writes into the
+// other. Called with mu held.
+func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
+	msg := &AMMessage{ID: AMID(m.ID), w: w, length: m.Length, rndv: m.Rndv, desc: m.DataDesc}
+	h, n := len(m.Header), len(m.Header)+len(m.Data)
+	if n == 0 {
+		return msg
+	}
+	b := make([]byte, n)
+	copy(b, m.Header)
+	copy(b[h:], m.Data)
+	if m.Header != nil {
+		msg.Header = b[:h:h]
+	}
+	if m.Data != nil {
+		msg.Data = b[h:n:n]
+	}
+	return msg
 }
 
 // dispatchPending runs the handlers of the messages progress took, one
@@ -269,19 +287,16 @@ func (w *Worker) dispatchPending() {
 	}
 }
 
-// dispatch runs the handlers of msgs, without mu.
-func (w *Worker) dispatch(msgs []amMessage) {
-	for i := range msgs {
-		cm := &msgs[i]
-		// One allocation per message, not a slot of the reused buffer: a
-		// handler that keeps msg (as Go code keeps what it is given) must
-		// not see the next message's fields written under it.
-		msg := &AMMessage{ID: AMID(cm.ID), Header: cm.Header, Data: cm.Data, w: w,
-			length: cm.Length, rndv: cm.Rndv, desc: cm.DataDesc, reply: cm.Reply}
+// dispatch runs the handlers of msgs, without mu. Each message is its own
+// allocation (newAMMessage), not a slot of a reused buffer: a handler that
+// keeps one (as Go code keeps what it is given) never sees the next
+// message's fields written under it.
+func (w *Worker) dispatch(msgs []*AMMessage) {
+	for _, msg := range msgs {
 		// fn is read under mu: SetAMHandler replaces it in place.
 		var fn AMHandler
 		w.mu.Lock()
-		if h := w.handlers[AMID(cm.ID)]; h != nil {
+		if h := w.handlers[msg.ID]; h != nil {
 			fn = h.fn
 		}
 		w.mu.Unlock()

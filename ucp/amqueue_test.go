@@ -164,7 +164,9 @@ func TestWorkerCloseDropsQueuedRendezvous(t *testing.T) {
 // each kept message still has its own header and data after the handler
 // returned (the struct was a reused slot that the next message wrote
 // over, a data race), eager data can still be received, and rendezvous
-// data not received in the handler is an error to receive later.
+// data not received in the handler is an error to receive later. Small
+// messages and larger ones are copied differently; appending to a kept
+// header never writes into its data.
 func TestAMHandlerKeepsMessages(t *testing.T) {
 	p := newPair(t, onTLS("tcp"), viaListener(), runClient())
 	runWorker(t, p.client)
@@ -178,7 +180,7 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 	const n = 16
 	for i := range n {
 		flags := ucp.AMSendFlags(0)
-		size := 32
+		size := keptSize(i)
 		if i == n-1 {
 			flags, size = ucp.AMRndv, 1<<20
 		}
@@ -199,6 +201,11 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 	}
 	for i, m := range kept {
 		require.Equal(t, []byte{byte(i)}, m.Header, "message %d", i)
+		grown := append(m.Header, 0xee, 0xee)
+		assert.Equal(t, []byte{byte(i), 0xee, 0xee}, grown)
+		if !m.IsRendezvous() {
+			assert.Equal(t, bytes.Repeat([]byte{byte(i)}, keptSize(i)), m.Data, "message %d after its header grew", i)
+		}
 		buf := make([]byte, m.Len())
 		req, err := m.ReceiveInto(buf)
 		if m.IsRendezvous() {
@@ -207,9 +214,13 @@ func TestAMHandlerKeepsMessages(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
-		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, 32), buf, "message %d", i)
+		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, keptSize(i)), buf, "message %d", i)
 	}
 }
+
+// keptSize is the data size of TestAMHandlerKeepsMessages' eager message i:
+// alternately small and over a hundred bytes.
+func keptSize(i int) int { return 32 + i%2*100 }
 
 // TestAMOrderWithSeveralProgressors: the receiving worker is progressed by
 // Run and by another goroutine at once (a Receive, a Wait, a Progress

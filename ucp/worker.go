@@ -85,8 +85,8 @@ type Worker struct {
 
 	// Active messages taken from the shim, in arrival order, for the one
 	// goroutine that runs handlers at a time (see dispatchPending).
-	amPending   []amMessage
-	amSpare     []amMessage // the dispatcher's buffer, reused
+	amPending   []*AMMessage
+	amSpare     []*AMMessage // the dispatcher's buffer, reused
 	dispatching bool
 
 	peerAddrs   peerAddressChecker // ConnectWorker's check of peer addresses
@@ -246,27 +246,27 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
 		// taken is the worker's, reused under mu.
-		w.taken = w.c.TakeAM(w.taken[:0])
-		first := len(w.amPending)
-		for _, m := range w.taken {
-			w.amPending = append(w.amPending, amMessage{AMMessage: m})
-		}
-		clear(w.taken)
-		msgs := w.amPending[first:]
-		for i := range msgs {
-			if msgs[i].Rndv {
+		var list cgo.AMList
+		w.taken, list = w.c.TakeAM(w.taken[:0])
+		for i := range w.taken {
+			m := &w.taken[i]
+			if m.Rndv {
 				// Rendezvous data lives in the worker until received or
 				// dropped; the worker's Close or collection drops what is
 				// left (a queue nobody reads would keep it for good).
 				w.res.Ref()
-				w.res.State.rndv[msgs[i].DataDesc] = struct{}{}
+				w.res.State.rndv[m.DataDesc] = struct{}{}
 			}
+			msg := w.newAMMessage(m)
 			// Resolve the reply endpoint now, before a failure handled in
 			// this same round can close it.
-			if msgs[i].ReplyEP != nil {
-				msgs[i].Reply = w.eps[msgs[i].ReplyEP].Value()
+			if m.ReplyEP != nil {
+				msg.reply = w.eps[m.ReplyEP].Value()
 			}
+			w.amPending = append(w.amPending, msg)
 		}
+		clear(w.taken) // views of the C memory list frees
+		list.Free()
 		for _, wp := range w.eps {
 			if ep := wp.Value(); ep != nil {
 				ep.checkFailed()
