@@ -45,6 +45,11 @@ stress-native:
 
 # Go versus the C twin, alternately (bench/README.md). BENCH_SHORT=1: a
 # quick run that only proves the benchmarks build and run (CI).
+# BENCH_JSON=FILE: the run as JSON (a relative FILE is taken from make's
+# directory, also inside the root filesystem). The ratios are compared
+# with bench/baseline.json (BENCH_BASELINE_FILE=FILE: another);
+# BENCH_BASELINE=update writes the run there instead, BENCH_BASELINE=off
+# skips the comparison. Nothing fails on a timing.
 bench:
 	@ci/run.sh bench-native
 

@@ -3,10 +3,32 @@
 # PAIRS pairs of ITERS operations each; prints medians and Go/C ratios, and
 # for the two-process latency rows UCX's own ucx_perftest as an anchor;
 # then package share's pipelined 64 MiB transfers beside the same transfer
-# in raw ucp calls (Go) and in the C twin, with their ratios.
-# BENCH_JSON=FILE also writes the table as JSON. Runs where UCX is (ci/run.sh).
+# in raw ucp calls (Go) and in the C twin, with their ratios; then the
+# rows whose ratio got worse than bench/baseline.json's by more than the
+# run-to-run spread (printed, never a failure). BENCH_JSON=FILE also writes
+# the run as JSON (bench/README.md: the keys); BENCH_BASELINE=update
+# writes it to the baseline instead of comparing, BENCH_BASELINE=off skips
+# the comparison, BENCH_BASELINE_FILE=FILE names another baseline. Runs
+# where UCX is (ci/run.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The files the user names are taken from where this script was started.
+here=$PWD
+userpath() { # VAR: VAR's value made absolute; its directory must exist
+	local v=${!1}
+	case $v in /*) ;; *) v=$here/$v ;; esac
+	[ -d "$(dirname "$v")" ] || { echo "bench: $1=${!1}: no directory $(dirname "$v")" >&2; exit 1; }
+	printf '%s' "$v"
+}
+[ -z "${BENCH_JSON:-}" ] || BENCH_JSON=$(userpath BENCH_JSON)
+baseline_mode=${BENCH_BASELINE:-compare}
+case $baseline_mode in compare|update|off) ;; *) echo "bench: BENCH_BASELINE=$baseline_mode: want update or off (or nothing: compare)" >&2; exit 1 ;; esac
+if [ -n "${BENCH_BASELINE_FILE:-}" ]; then
+	baseline=$(userpath BENCH_BASELINE_FILE) baseline_name=$BENCH_BASELINE_FILE
+	[ "$baseline_mode" != compare ] || [ -f "$baseline" ] || { echo "bench: BENCH_BASELINE_FILE=$BENCH_BASELINE_FILE: no such file" >&2; exit 1; }
+else
+	baseline=$root/bench/baseline.json baseline_name=bench/baseline.json
+fi
 cd "$root"
 pairs=${BENCH_PAIRS:-5}
 iters=${BENCH_ITERS:-20000}
@@ -14,6 +36,148 @@ iters=${BENCH_ITERS:-20000}
 limit=${BENCH_TIMEOUT:-600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# jsonawk -v mode=check -v file=F: fails (exit 1, the reason on stderr)
+# unless F is a JSON document in the layout this script writes (the keys
+# the comparison reads). jsonawk -v mode=compare -v base=F -v run=F -v
+# name=NAME: prints the comparison of run F with baseline F (bench/README.md).
+# The root filesystem has neither jq nor python3; this is a small JSON
+# parser in POSIX awk (mawk there), every value stored under its path:
+# P.rows[0].op.
+jsonawk() {
+	awk "$@" '
+	function fail(msg) { printf "bench: %s: %s\n", cur, msg > "/dev/stderr"; exit 1 }
+	function at(   t) { t = substr(S, 1, pos); return "line " (gsub(/\n/, "", t) + 1) }
+	function peek() { while (pos <= n && index(" \t\r\n", substr(S, pos, 1)) > 0) pos++; return substr(S, pos, 1) }
+	function str(   out, c, e) {
+		out = ""
+		for (pos++; ; ) {
+			if (pos > n) fail("a string without its closing quote")
+			c = substr(S, pos, 1)
+			if (c == "\"") { pos++; return out }
+			if (c == "\\") {
+				e = substr(S, pos + 1, 1)
+				if (e == "u" && substr(S, pos + 2, 4) ~ /^[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]$/) { out = out "?"; pos += 6; continue }
+				if (e == "" || index("\"\\/bfnrt", e) == 0) fail("a bad escape in a string, " at())
+				out = out (index("\"\\/", e) ? e : " "); pos += 2; continue
+			}
+			out = out c; pos++
+		}
+	}
+	function value(path,   c, k, i) {
+		c = peek()
+		if (c == "{") {
+			pos++; T[path] = "object"
+			if (peek() == "}") { pos++; return }
+			for (;;) {
+				if (peek() != "\"") fail("a key expected, " at())
+				k = str()
+				if ((path "." k) in T) fail("the key \"" k "\" twice in one object, " at())
+				if (peek() != ":") fail("a colon expected, " at())
+				pos++
+				value(path "." k)
+				c = peek(); pos++
+				if (c == "}") return
+				if (c != ",") fail("a comma or } expected, " at())
+			}
+		}
+		if (c == "[") {
+			pos++; T[path] = "array"; N[path] = 0
+			if (peek() == "]") { pos++; return }
+			for (i = 0; ; i++) {
+				value(path "[" i "]"); N[path] = i + 1
+				c = peek(); pos++
+				if (c == "]") return
+				if (c != ",") fail("a comma or ] expected, " at())
+			}
+		}
+		if (c == "\"") { V[path] = str(); T[path] = "string"; return }
+		if (match(substr(S, pos, 40), /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/)) {
+			V[path] = substr(S, pos, RLENGTH) + 0; T[path] = "number"; pos += RLENGTH; return
+		}
+		if (substr(S, pos, 4) == "null") { T[path] = "null"; pos += 4; return }
+		if (substr(S, pos, 4) == "true") { T[path] = "bool"; V[path] = 1; pos += 4; return }
+		if (substr(S, pos, 5) == "false") { T[path] = "bool"; V[path] = 0; pos += 5; return }
+		fail((c == "" ? "the end of the file" : "\"" c "\"") " where a value belongs, " at())
+	}
+	function want(path, type, what) {
+		if (!(path in T)) fail(what " is missing")
+		if (T[path] != type) fail(what " is a " T[path] ", not a " type)
+	}
+	# load FILE P: parses FILE under the prefix P and checks what is read.
+	function load(file, P,   line, i, r, u) {
+		cur = file; S = ""; pos = 1
+		while ((getline line < file) > 0) S = S line "\n"
+		close(file)
+		n = length(S)
+		if (peek() == "") fail("empty")
+		value(P)
+		if (peek() != "") fail("text after the document, " at())
+		want(P, "object", "the document")
+		want(P ".ucx", "string", "\"ucx\"")
+		want(P ".date", "string", "\"date\"")
+		want(P ".machine", "object", "\"machine\"")
+		want(P ".machine.cpu", "string", "\"machine\".\"cpu\"")
+		want(P ".machine.nproc", "number", "\"machine\".\"nproc\"")
+		want(P ".pairs", "number", "\"pairs\"")
+		want(P ".iters", "number", "\"iters\"")
+		want(P ".rows", "array", "\"rows\"")
+		if (N[P ".rows"] == 0) fail("no rows")
+		for (i = 0; i < N[P ".rows"]; i++) {
+			r = P ".rows[" i "]"
+			want(r, "object", "row " i + 1)
+			want(r ".op", "string", "\"op\" of row " i + 1)
+			u = V[r ".unit"]
+			if (T[r ".unit"] != "string" || (u != "ns" && u != "GB/s" && u != "ms"))
+				fail("row " V[r ".op"] ": \"unit\" is not \"ns\", \"GB/s\" or \"ms\"")
+			if (!((r ".ratio") in T) || T[r ".ratio"] != "null") want(r ".ratio", "number", "\"ratio\" of row " V[r ".op"])
+			if (T[r ".ratio"] == "number" && V[r ".ratio"] <= 0) fail("row " V[r ".op"] ": \"ratio\" is not above 0")
+			if (!((r ".spread") in T) || T[r ".spread"] != "null") want(r ".spread", "number", "\"spread\" of row " V[r ".op"])
+			if ((P SUBSEP V[r ".op"]) in ROW) fail("row " V[r ".op"] " twice")
+			ROW[P, V[r ".op"]] = r
+		}
+	}
+	function pct(x) { return sprintf("%.0f %%", 100 * x) }
+	BEGIN {
+		if (mode == "check") { load(file, "B"); exit 0 }
+		load(base, "B"); load(run, "R")
+		if (V["B.ucx"] != V["R.ucx"]) {
+			printf "%s is for UCX %s, this run is UCX %s: not compared\n", name, V["B.ucx"], V["R.ucx"]
+			exit 0
+		}
+		head = sprintf("%s (UCX %s, %s, %d x %s)", name, V["B.ucx"], V["B.date"], V["B.machine.nproc"], V["B.machine.cpu"])
+		if (V["B.pairs"] != V["R.pairs"] || V["B.iters"] != V["R.iters"])
+			printf "(the baseline has %d pair(s) of %d operations, this run %d of %d: ratios of shorter runs move more)\n", V["B.pairs"], V["B.iters"], V["R.pairs"], V["R.iters"]
+		worse = 0; missing = ""
+		for (i = 0; i < N["R.rows"]; i++) {
+			r = "R.rows[" i "]"; op = V[r ".op"]; u = V[r ".unit"]
+			if (!(("B" SUBSEP op) in ROW)) { missing = missing " " op; continue }
+			b = ROW["B", op]
+			if (V[b ".unit"] != u) { missing = missing " " op "(unit " V[b ".unit"] ")"; continue }
+			if (T[r ".ratio"] == "null" || T[b ".ratio"] == "null") { missing = missing " " op "(no ratio)"; continue }
+			x = V[r ".ratio"]; y = V[b ".ratio"]
+			# Worse: a higher ratio of times, a lower ratio of GB/s; by
+			# more than the larger spread, both relative to the ratio.
+			d = (u == "GB/s") ? (y - x) / y : (x - y) / y
+			rs = T[r ".spread"] == "null" ? 0 : V[r ".spread"]
+			bs = T[b ".spread"] == "null" ? 0 : V[b ".spread"]
+			allowed = rs > bs ? rs : bs
+			if (d <= allowed) continue
+			if (worse++ == 0) {
+				printf "worse than %s:\n", head
+				printf "  %-20s %5s %9s %9s %7s %17s\n", "row", "unit", "baseline", "this run", "worse", "spread: run / base"
+			}
+			printf "  %-20s %5s %9.2f %9.2f %7s %8s / %6s\n", op, u, y, x, pct(d), \
+				T[r ".spread"] == "null" ? "-" : pct(rs), T[b ".spread"] == "null" ? "-" : pct(bs)
+		}
+		if (worse == 0) printf "no row worse than the baseline beyond the spread: %s\n", head
+		if (missing != "") printf "not compared:%s\n", missing
+	}'
+}
+if [ "$baseline_mode" = compare ] && [ -f "$baseline" ]; then
+	jsonawk -v mode=check -v file="$baseline" || { echo "bench: $baseline_name is malformed (BENCH_BASELINE=update writes a new one)" >&2; exit 1; }
+fi
+
 mkdir -p bin
 go test -c -o bin/bench.test ./bench
 go build -o bin/idle ./bench/idle
@@ -120,6 +284,7 @@ perftest() {
 	awk -v row="$row" -v f="$factor" '{ printf "%s %.1f %.1f\n", row, $4 * 1000 * f, $2 * 1000 * f }' <<<"$line"
 }
 
+loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for p in $(seq "$pairs"); do
 	{ gobench "$iters" $fast; gobench "$slow_iters" $slow; } >"$work/go.$p"
 	{ pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} gobench "$pair_iters" $twoproc; } >>"$work/go.$p"
@@ -141,26 +306,73 @@ done
 # Bytes per operation of the bandwidth benchmarks.
 size() { case $1 in *64K) echo 65536 ;; *1M) echo 1048576 ;; *4M) echo 4194304 ;; *) echo 0 ;; esac; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
+# The run-to-run spread of a row: each pair (or round) gives its own ratio
+# of Go to C; the spread is (largest - smallest) / median of those ratios,
+# so 0.10 means the pairs' ratios lay within 10 % of the ratio's size.
+# One pair has no spread: null.
+spread() { sort -g | awk '{ v[NR] = $1 } END { if (NR < 2) { print "null"; exit } m = NR % 2 ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; if (m > 0) printf "%.3f\n", (v[NR] - v[1]) / m; else print "null" }'; }
+# ratio X Y: X / Y as the table and the JSON give it: two decimals, two
+# significant digits below 0.1; null where either is not above 0.
+ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (x <= 0 || y <= 0) print "null"; else if (x / y >= 0.1) printf "%.2f\n", x / y; else printf "%.2g\n", x / y }'; }
+# pairs_of NAME: one line per pair, "GO_NS C_NS".
+pairs_of() {
+	local p
+	for p in $(seq "$pairs"); do
+		echo "$(awk -v n="$1" '$1 == n { print $2 }' "$work/go.$p") $(awk -v n="$1" '$1 == n { print $2 }' "$work/c.$p")"
+	done
+}
+jstr() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }
+pct() { [ "$1" = null ] && echo - || awk -v x="$1" 'BEGIN { printf "%.0f %%\n", 100 * x }'; }
+ucx=$(pkg-config --modversion ucx)
+# The rows of the JSON, one object a line: op unit c go ratio
+# over_c_crossings allocs spread, and the perftest keys for the anchors.
+: >"$work/rows"
+row() { # OP UNIT C GO RATIO OVER ALLOCS SPREAD [EXTRA]
+	echo "{\"op\": \"$1\", \"unit\": \"$2\", \"c\": $3, \"go\": $4, \"ratio\": $5, \"over_c_crossings\": $6, \"allocs\": $7, \"spread\": $8${9:-}}" >>"$work/rows"
+}
+# Commit of the tree measured: git's short hash, else read from .git (the
+# root filesystem has no git); null if neither.
+commit() {
+	local gd=$root/.git head ref
+	if command -v git >/dev/null && head=$(git -C "$root" -c safe.directory="$root" rev-parse --short HEAD 2>/dev/null); then
+		jstr "$head"; return
+	fi
+	[ -f "$gd" ] && { gd=$(sed -n 's/^gitdir: //p' "$gd"); case $gd in /*) ;; *) gd=$root/$gd ;; esac; }
+	head=$(cat "$gd/HEAD" 2>/dev/null) || { echo null; return; }
+	if [ "${head#ref: }" != "$head" ]; then
+		ref=${head#ref: }
+		[ -f "$gd/commondir" ] && [ ! -f "$gd/$ref" ] && gd=$gd/$(cat "$gd/commondir")
+		head=$(cat "$gd/$ref" 2>/dev/null || awk -v r="$ref" '$2 == r { print $1 }' "$gd/packed-refs" 2>/dev/null || true)
+	fi
+	case $head in [0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]*) jstr "$(cut -c1-7 <<<"$head")" ;; *) echo null ;; esac
+}
 
 {
-	printf '%-16s %14s %14s %12s %12s %8s %10s\n' operation perftest "(p50)" "C" "Go" "Go/C" "allocs/op"
-	json="["
+	# The Go Crossing row (one empty cgo call): the unit of "over C".
+	crossing=$(cat "$work"/go.* | awk '$1 == "Crossing" { print $2 }' | median)
+	printf '%-16s %14s %14s %12s %12s %6s %18s %10s %7s\n' operation perftest "(p50)" "C" "Go" "Go/C" "over C (crossings)" "allocs/op" spread
 	notes=""
 	for name in $(awk '{print $1}' "$work/go.1"); do
-		g=$(cat "$work"/go.* | awk -v n="$name" '$1 == n {print $2}' | median)
-		c=$(cat "$work"/c.* | awk -v n="$name" '$1 == n {print $2}' | median)
+		pairs_of "$name" >"$work/pairs"
+		g=$(awk '{ print $1 }' "$work/pairs" | median)
+		c=$(awk '{ print $2 }' "$work/pairs" | median)
 		a=$(awk -v n="$name" '$1 == n {print $3}' "$work/go.1")
+		[ "$a" = - ] && a=null
 		bytes=$(size "$name")
 		case $name in Put64K|Put1M|Put4M|Get64K|Get1M|Get4M) bw=1 ;; *) bw=0 ;; esac
 		if [ "$bw" = 1 ]; then
+			# Ratio of GB/s: C's time over Go's, per pair.
+			sp=$(awk '$1 > 0 && $2 > 0 { print $2 / $1 }' "$work/pairs" | spread)
 			gv=$(awk -v b="$bytes" -v t="$g" 'BEGIN { printf "%.2f", b / t }')
 			cv=$(awk -v b="$bytes" -v t="$c" 'BEGIN { printf "%.2f", b / t }')
-			ratio=$(awk -v x="$gv" -v y="$cv" 'BEGIN { printf "%.2f", x / y }')
-			printf '%-16s %14s %14s %7s GB/s %7s GB/s %6s %10s\n' "$name" - - "$cv" "$gv" "$ratio" "$a"
-			json="$json{\"op\":\"$name\",\"c_gbps\":$cv,\"go_gbps\":$gv,\"ratio\":$ratio,\"allocs\":$a},"
+			ratio=$(ratio "$c" "$g") # from the times, not the rounded GB/s
+			printf '%-16s %14s %14s %7s GB/s %7s GB/s %6s %18s %10s %7s\n' "$name" - - "$cv" "$gv" "${ratio/null/-}" - "${a/null/-}" "$(pct "$sp")"
+			row "$name" GB/s "$cv" "$gv" "$ratio" null "$a" "$sp"
 			continue
 		fi
-		ratio=$(awk -v x="$g" -v y="$c" 'BEGIN { printf "%.2f", x / y }')
+		sp=$(awk '$1 > 0 && $2 > 0 { print $1 / $2 }' "$work/pairs" | spread)
+		ratio=$(ratio "$g" "$c")
+		over=$(awk -v x="$g" -v y="$c" -v z="$crossing" 'BEGIN { if (z + 0 > 0) printf "%.1f", (x - y) / z; else print "null" }')
 		pt=- p50=- ptjson=""
 		if grep -q "^$name " <<<"$anchors"; then
 			read -r _ test tls _ < <(grep "^$name " <<<"$anchors")
@@ -168,21 +380,21 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 			if [ "$ok" -gt 0 ]; then
 				pt=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 != "fail" {print $2}' | median)
 				p50=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 != "fail" {print $3}' | median)
-				ptjson=",\"perftest_ns\":$pt,\"perftest_p50_ns\":$p50"
+				ptjson=", \"perftest_ns\": $pt, \"perftest_p50_ns\": $p50"
 				pt="$pt ns" p50="$p50 ns"
 			else
 				pt=fail
 				why=$(cat "$work"/pt.* | awk -v n="$name" '$1 == n && $2 == "fail" { $1 = ""; $2 = ""; sub(/^ +/, ""); print; exit }')
 				notes="$notes  perftest $name: $why"$'\n'
-				ptjson=",\"perftest_error\":\"$(sed 's/[\\"]/\\&/g' <<<"$why")\""
+				ptjson=", \"perftest_error\": $(jstr "$why")"
 			fi
-			ptjson="$ptjson,\"perftest_test\":\"$test\",\"tls\":\"$tls\""
+			ptjson="$ptjson, \"perftest_test\": \"$test\", \"tls\": \"$tls\""
 		fi
-		printf '%-16s %14s %14s %9s ns %9s ns %6s %10s\n' "$name" "$pt" "$p50" "$c" "$g" "$ratio" "$a"
-		json="$json{\"op\":\"$name\",\"c_ns\":$c,\"go_ns\":$g,\"ratio\":$ratio,\"allocs\":$a$ptjson},"
+		printf '%-16s %14s %14s %9s ns %9s ns %6s %18s %10s %7s\n' "$name" "$pt" "$p50" "$c" "$g" "${ratio/null/-}" "${over/null/-}" "${a/null/-}" "$(pct "$sp")"
+		row "$name" ns "$c" "$g" "$ratio" "$over" "$a" "$sp" "$ptjson"
 	done
 	printf '%s' "$notes"
-	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets, $pair_iters for two-process rows), medians; UCX $(pkg-config --modversion ucx); ratios: Go/C for ns, Go/C for GB/s; perftest: ucx_perftest's mean (and median) as a round trip for the ping-pong tests, per get for ucp_get)"
+	echo "($pairs pairs, $iters operations each ($slow_iters for transfers and gets, $pair_iters for two-process rows), medians; UCX $ucx; ratios: Go/C for ns, Go/C for GB/s; over C: (Go - C) / the Go Crossing row's ns; spread: (largest - smallest) / median of the pairs' own ratios; perftest: ucx_perftest's mean (and median) as a round trip for the ping-pong tests, per get for ucp_get)"
 
 	# The transfers: ms per 64 MiB (medians over the rounds), the ratios of
 	# the times within each round (medians over the rounds: the load of a
@@ -199,7 +411,8 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 		sr=$(awk '{ print $1 / $2 }' "$work/sr.$name" | median)
 		rc=$(awk '{ print $2 / $3 }' "$work/sr.$name" | median)
 		sc=$(awk '{ print $1 / $3 }' "$work/sr.$name" | median)
-		rounds=$(awk '{ printf "%s[%s,%s,%s]", (NR > 1 ? "," : ""), $1, $2, $3 }' "$work/sr.$name")
+		rc_sp=$(awk '{ print $2 / $3 }' "$work/sr.$name" | spread)
+		sc_sp=$(awk '{ print $1 / $3 }' "$work/sr.$name" | spread)
 		sa=$(awk -v n="$name/share" '$1 == n {print $3}' "$work/sgo.1")
 		ra=$(awk -v n="$name/raw" '$1 == n {print $3}' "$work/sgo.1")
 		read -r sh rw c sr rc sc < <(awk -v s="$sh" -v r="$rw" -v c="$c" -v sr="$sr" -v rc="$rc" -v sc="$sc" \
@@ -207,11 +420,52 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 		awk -v n="$name" -v s="$sh" -v r="$rw" -v c="$c" -v sr="$sr" -v rc="$rc" -v sc="$sc" -v a="$sa / $ra" -v b=$((64 << 20)) 'BEGIN {
 			printf "%-16s %9.2f ms %9.2f ms %9.2f ms %10s %8s %8s %11s\n", n, s / 1e6, r / 1e6, c / 1e6, sr, rc, sc, a
 			printf "%-16s %7.2f GB/s %7.2f GB/s %7.2f GB/s\n", "", b / s, b / r, b / c }'
-		json="$json{\"op\":\"$name\",\"share_ns\":$sh,\"raw_ns\":$rw,\"c_ns\":$c,\"share_raw\":$sr,\"raw_c\":$rc,\"share_c\":$sc,\"share_allocs\":$sa,\"raw_allocs\":$ra,\"rounds_ns\":[$rounds],\"chunk\":$share_chunk,\"depth\":$share_depth,\"tls\":\"tcp\"},"
+		read -r shm rwm cm < <(awk -v s="$sh" -v r="$rw" -v c="$c" 'BEGIN { printf "%.2f %.2f %.2f\n", s / 1e6, r / 1e6, c / 1e6 }')
+		[ "$sa" = - ] && sa=null
+		[ "$ra" = - ] && ra=null
+		row "$name" ms "$cm" "$shm" "$sc" null "${sa:-null}" "$sc_sp"
+		row "$name/raw" ms "$cm" "$rwm" "$rc" null "${ra:-null}" "$rc_sp"
 	done
 	echo "($pairs rounds, $share_iters transfers of 64 MiB per row each; times and GB/s: medians over the rounds; ratios: of times, above 1 the first is slower, the median over the rounds of each round's ratio; allocs/op: share / raw; chunk $share_chunk bytes, depth $share_depth, UCX_TLS=tcp)"
 	idle=$(timeout "$limit" bin/idle -for "${BENCH_IDLE:-5s}" 2>/dev/null)
 	echo "$idle"
-	[ -n "${BENCH_JSON:-}" ] && echo "{\"ucx\":\"$(pkg-config --modversion ucx)\",\"ops\":${json%,}],\"idle\":\"$idle\"}" >"$BENCH_JSON"
-	true
+
+	# The run as JSON (bench/README.md), read back by the check before it
+	# is written anywhere or compared.
+	{
+		echo "{"
+		echo "  \"ucx\": $(jstr "$ucx"),"
+		echo "  \"date\": \"$(date +%F)\","
+		echo "  \"commit\": $(commit),"
+		echo "  \"machine\": {\"nproc\": $(nproc), \"cpu\": $(jstr "$(awk -F': *' '$1 ~ /^model name/ { print $2; exit }' /proc/cpuinfo)"), \"loadavg_start\": \"$loadavg_start\", \"loadavg_end\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"},"
+		echo "  \"pairs\": $pairs,"
+		echo "  \"iters\": $iters,"
+		echo "  \"rows\": ["
+		sed '$!s/$/,/; s/^/    /' "$work/rows"
+		echo "  ],"
+		echo "  \"idle\": $(jstr "$idle")"
+		echo "}"
+	} >"$work/run.json"
+	jsonawk -v mode=check -v file="$work/run.json" || { echo "bench: the run's own JSON is malformed (a bug in bench/run.sh): $work/run.json" >&2; cat "$work/run.json" >&2; exit 1; }
+	[ -z "${BENCH_JSON:-}" ] || cp "$work/run.json" "$BENCH_JSON"
+
+	# The regression guard: ratios against the baseline's; a report, never
+	# a failure (timings assert nothing).
+	echo
+	case $baseline_mode in
+	update)
+		cp "$work/run.json" "$baseline"
+		echo "BENCH_BASELINE=update: wrote $baseline_name (not compared)"
+		[ "$pairs" -ge 3 ] || echo "  (a short baseline: $pairs pair(s) of $iters operations give noisy ratios, and one pair no spread; make bench measures 5 pairs of 20000)"
+		;;
+	off) echo "BENCH_BASELINE=off: not compared with $baseline_name" ;;
+	compare)
+		if [ -f "$baseline" ]; then
+			jsonawk -v mode=compare -v base="$baseline" -v run="$work/run.json" -v name="$baseline_name" ||
+				{ echo "bench: $baseline_name is malformed (BENCH_BASELINE=update writes a new one)" >&2; exit 1; }
+		else
+			echo "no baseline to compare with ($baseline_name does not exist; make bench BENCH_BASELINE=update writes one)"
+		fi
+		;;
+	esac
 }

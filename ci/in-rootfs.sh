@@ -8,11 +8,46 @@
 # (PKG_CONFIG_PATH and LD_LIBRARY_PATH, nothing else). The mounts live in a private mount
 # namespace (unshare -m), so they vanish with the process on exit, on failure,
 # on Ctrl-C and even on SIGKILL; the trap also unmounts them explicitly.
+# A file the user names for the command (out_vars below: BENCH_JSON=FILE)
+# lands where the user asked: a relative name is taken from the directory
+# this script starts in (make's: the repository root, also with make -C),
+# its directory must exist on the host, and that directory is
+# bind-mounted at the same path inside.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 suite=$1; shift
 root=$(cd "$(dirname "$0")/.." && pwd)
+
+# The variables passed through (below) that name a file on the user's
+# side: the bench's JSON, and the baseline it compares with (or writes,
+# with BENCH_BASELINE=update).
+out_vars="BENCH_JSON BENCH_BASELINE_FILE"
+# Before anything runs, outside the namespace: each becomes an absolute
+# name without symbolic links in its directory, which must exist. A
+# directory the root filesystem needs for itself is refused: the bind
+# mount would hide the root filesystem's own.
+if [ -z "${UCXGO_IN_NS:-}" ]; then
+	for var in $out_vars; do
+		val=${!var:-}
+		[ -n "$val" ] || continue
+		case $val in /*) abs=$val ;; *) abs=$PWD/$val ;; esac
+		base=${abs##*/}
+		case $base in ''|.|..) die "$var=$val: names a directory, not a file" ;; esac
+		dir=${abs%/*}
+		[ -d "${dir:-/}" ] || die "$var=$val: no directory ${dir:-/} on this machine (create it first)"
+		dir=$(cd "${dir:-/}" && pwd -P)
+		dir=${dir%/}
+		rootfs_dir=$(suite_dir "$suite")
+		case $dir/ in
+		/|/usr/*|/etc/*|/bin/*|/sbin/*|/lib/*|/lib32/*|/lib64/*|/boot/*|/proc/*|/sys/*|/var/lib/*|/opt/ucx/*)
+			die "$var=$val: $dir is a directory of the root filesystem itself; name a file elsewhere (under /tmp, the repository, your home)" ;;
+		"$rootfs_dir"/*) die "$var=$val: $dir is inside the $suite root filesystem's cache" ;;
+		esac
+		case $rootfs_dir/ in "$dir"/*) die "$var=$val: $dir holds the $suite root filesystem's cache" ;; esac
+		export "$var=$dir/$base"
+	done
+fi
 rootfs=$("$root/ci/rootfs.sh" "$suite")
 goroot=$(go env GOROOT)
 gomodcache=$(go env GOMODCACHE)
@@ -70,6 +105,26 @@ for v in "${releases[@]}"; do
 	dir=$("$root/ci/release.sh" "$v") || die "cannot unpack UCX $v"
 	bind "$dir/opt/ucx/$v" "/opt/ucx/$v"
 done
+# The directories of the user's files (made absolute above), each at its
+# own path, unless it is already there: in the repository or under /dev.
+# A symbolic link on the way inside would lead the mount out of the root
+# filesystem (trixie's /lib, for one): refused.
+bound=" "
+for var in $out_vars; do
+	[ -n "${!var:-}" ] || continue
+	dir=${!var%/*}
+	dir=${dir:-/}
+	case $dir/ in "$root"/*|/dev/*) continue ;; esac
+	[[ "$bound" == *" $dir "* ]] && continue
+	p=$rootfs
+	IFS=/ read -ra parts <<<"${dir#/}"
+	for part in "${parts[@]}"; do
+		p=$p/$part
+		[ -L "$p" ] && die "$var=${!var}: ${p#"$rootfs"} is a symbolic link in the $suite root filesystem; name a file elsewhere"
+	done
+	bind "$dir"
+	bound="$bound$dir "
+done
 
 # Go's build cache does not hash C headers outside a package's directory:
 # key cgo builds on include/ and the UCX release pkg-config finds inside
@@ -85,7 +140,7 @@ fi
 
 # Settings passed through to the command inside, when set.
 for var in GOEXPERIMENT TESTFLAGS GOTEST_FLAGS TEST_PKGS UCX_TLS UCX_NET_DEVICES \
-	BENCH_JSON BENCH_SHORT BENCH_PAIRS BENCH_ITERS DEMO_MIB DEMO_PASSES DEMO_ROTATE FUZZTIME STRESS_TIME GORACE UCXGO_STRESS UCXGO_ROUNDS UCXGO_CLOSE_ORDERS; do
+	BENCH_JSON BENCH_BASELINE BENCH_BASELINE_FILE BENCH_SHORT BENCH_PAIRS BENCH_ITERS DEMO_MIB DEMO_PASSES DEMO_ROTATE FUZZTIME STRESS_TIME GORACE UCXGO_STRESS UCXGO_ROUNDS UCXGO_CLOSE_ORDERS; do
 	[ -n "${!var:-}" ] && release_env+=("$var=${!var}")
 done
 

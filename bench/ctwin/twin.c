@@ -435,9 +435,6 @@ static ucp_worker_h new_worker(void)
     return w;
 }
 
-/* The peer's loop is ucx-go's Worker.Run: progress, handle what arrived,
- * and after at least 64 idle rounds and 50 us arm and sleep on the event fd
- * (bounded by 50 ms, as ucx-go's guard tick). */
 /* run.sh's BENCH_PEER_CPU: the peer and the threads it starts on that
  * core, as the Go peer under taskset. */
 static void pin_peer(void)
@@ -456,6 +453,77 @@ static void pin_peer(void)
     }
 }
 
+/* The loop of both peers (--peer and --region-peer) is ucx-go's
+ * Worker.Run: progress, call handle(w, arg) for what arrived, and after at
+ * least 64 idle rounds and 50 us arm and sleep on the event fd (bounded by
+ * 50 ms, as ucx-go's guard tick). Returns when the client closes the
+ * peer's stdin. */
+static void peer_loop(ucp_worker_h w, void (*handle)(ucp_worker_h, void *), void *arg)
+{
+    int efd;
+
+    CHECK(ucp_worker_get_efd(w, &efd));
+    for (;;) {
+        int active = 0;
+        double t0 = now_ns();
+        for (int i = 0; i < 64 || now_ns() - t0 < 50e3; ++i) {
+            active = ucp_worker_progress(w) > 0;
+            handle(w, arg);
+            if (active) {
+                break;
+            }
+        }
+        if (active || ucp_worker_arm(w) != UCS_OK) {
+            continue;
+        }
+        struct pollfd pfd[2] = {{.fd = efd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
+        poll(pfd, 2, 50);
+        if (pfd[1].revents) {
+            char buf[256];
+            if (read(0, buf, sizeof(buf)) <= 0) {
+                return; /* the client is done */
+            }
+        }
+    }
+}
+
+/* The --peer side: replies in flight and the messages echoed so far. */
+typedef struct {
+    ucp_ep_h ep;
+    ucp_mem_h echo;
+    void *echo_buf;
+    void *pending[64];
+    int npending, handled;
+} echo_peer_t;
+
+/* Frees the earlier replies that completed (tested, not waited for) and
+ * echoes every message the handler took since the last call. */
+static void echo_handle(ucp_worker_h w, void *arg)
+{
+    echo_peer_t *e = arg;
+
+    for (int k = 0; k < e->npending; ++k) {
+        if (((req_t *)e->pending[k])->done) {
+            ((req_t *)e->pending[k])->done = 0;
+            ucp_request_free(e->pending[k]);
+            e->pending[k--] = e->pending[--e->npending];
+        }
+    }
+    for (; e->handled < am_received; ++e->handled) {
+        memcpy(e->echo_buf, am_data, am_len);
+        void *r = am_send(e->ep, e->echo_buf, am_len, e->echo);
+        if (UCS_PTR_IS_ERR(r)) {
+            fprintf(stderr, "twin peer: echo: %s\n", ucs_status_string(UCS_PTR_STATUS(r)));
+            exit(1);
+        }
+        if (r != NULL && e->npending < 64) {
+            e->pending[e->npending++] = r;
+        } else if (r != NULL) {
+            wait_req_on(w, r);
+        }
+    }
+}
+
 static void peer_main(const char *tls)
 {
     ucp_worker_h w;
@@ -464,17 +532,15 @@ static void peer_main(const char *tls)
     void *packed, *caddr;
     char *line = NULL, *s;
     size_t cap = 0;
-    ucp_ep_h ep;
-    int efd, handled = 0;
-    void *pending[64];
-    int npending = 0;
+    echo_peer_t e = {0};
 
     pin_peer();
 
     ctx = new_context(tls);
     w   = new_worker();
-    ucp_mem_h target = map(NULL, 4096, 1), echo = map(NULL, 4096, 1);
-    void *echo_buf = mem_addr(echo);
+    ucp_mem_h target = map(NULL, 4096, 1);
+    e.echo     = map(NULL, 4096, 1);
+    e.echo_buf = mem_addr(e.echo);
     set_am_handler(w);
     CHECK(ucp_rkey_pack(ctx, target, &packed, &plen));
     CHECK(ucp_worker_get_address(w, &addr, &alen));
@@ -492,60 +558,19 @@ static void peer_main(const char *tls)
     }
     s     = line;
     caddr = get_hex(&s, &clen);
-    ep    = connect_to(w, caddr);
+    e.ep  = connect_to(w, caddr);
     printf("ready\n");
     fflush(stdout);
 
-    CHECK(ucp_worker_get_efd(w, &efd));
-    for (;;) {
-        int active = 0;
-        double t0 = now_ns();
-        for (int i = 0; i < 64 || now_ns() - t0 < 50e3; ++i) {
-            active = ucp_worker_progress(w) > 0;
-            for (int k = 0; k < npending; ++k) { /* earlier replies: tested, not waited for */
-                if (((req_t *)pending[k])->done) {
-                    ((req_t *)pending[k])->done = 0;
-                    ucp_request_free(pending[k]);
-                    pending[k--] = pending[--npending];
-                }
-            }
-            for (; handled < am_received; ++handled) {
-                memcpy(echo_buf, am_data, am_len);
-                void *r = am_send(ep, echo_buf, am_len, echo);
-                if (UCS_PTR_IS_ERR(r)) {
-                    fprintf(stderr, "twin peer: echo: %s\n", ucs_status_string(UCS_PTR_STATUS(r)));
-                    exit(1);
-                }
-                if (r != NULL && npending < 64) {
-                    pending[npending++] = r;
-                } else if (r != NULL) {
-                    wait_req_on(w, r);
-                }
-            }
-            if (active) {
-                break;
-            }
-        }
-        if (active || ucp_worker_arm(w) != UCS_OK) {
-            continue;
-        }
-        struct pollfd pfd[2] = {{.fd = efd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
-        poll(pfd, 2, 50);
-        if (pfd[1].revents) {
-            char buf[256];
-            if (read(0, buf, sizeof(buf)) <= 0) {
-                break; /* the client is done */
-            }
-        }
+    peer_loop(w, echo_handle, &e);
+    while (e.npending > 0) {
+        wait_req_on(w, e.pending[--e.npending]);
     }
-    while (npending > 0) {
-        wait_req_on(w, pending[--npending]);
-    }
-    close_ep(w, ep);
+    close_ep(w, e.ep);
     free(caddr);
     free(line);
     ucp_mem_unmap(ctx, target);
-    ucp_mem_unmap(ctx, echo);
+    ucp_mem_unmap(ctx, e.echo);
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
 }
@@ -776,15 +801,38 @@ static unsigned char *region_buf(int mul)
     return b;
 }
 
+/* The --region-peer side: an endpoint for each connection accepted. */
+typedef struct {
+    ucp_ep_h eps[REGION_MAX_EPS];
+    ucs_status_t ep_err[REGION_MAX_EPS];
+    int neps, taken;
+} region_peer_t;
+
+/* Creates an endpoint for each connection request queued since the last call. */
+static void region_accept(ucp_worker_h w, void *arg)
+{
+    region_peer_t *rp = arg;
+
+    for (; rp->taken < region_nconns; ++rp->taken) {
+        ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                              .conn_request = region_conns[rp->taken],
+                              .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                              .err_handler = {.cb = region_ep_err_cb, .arg = &rp->ep_err[rp->neps]}};
+        rp->ep_err[rp->neps] = UCS_OK;
+        CHECK(ucp_ep_create(w, &ep, &rp->eps[rp->neps]));
+        ++rp->neps;
+    }
+}
+
 static void region_peer_main(const char *tls)
 {
     ucp_worker_h w;
     ucp_listener_params_t lp;
     ucp_listener_attr_t la;
     struct sockaddr_in sa;
-    ucp_ep_h eps[REGION_MAX_EPS];
-    ucs_status_t ep_err[REGION_MAX_EPS];
-    int neps = 0, efd, taken = 0;
+    region_peer_t rp = {0};
     void *packed;
     size_t plen;
 
@@ -812,41 +860,9 @@ static void region_peer_main(const char *tls)
     fflush(stdout);
     ucp_rkey_buffer_release(packed);
 
-    CHECK(ucp_worker_get_efd(w, &efd));
-    for (;;) {
-        int active = 0;
-        double t0 = now_ns();
-        for (int i = 0; i < 64 || now_ns() - t0 < 50e3; ++i) {
-            active = ucp_worker_progress(w) > 0;
-            for (; taken < region_nconns; ++taken) {
-                ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                                                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                                      .conn_request = region_conns[taken],
-                                      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-                                      .err_handler = {.cb = region_ep_err_cb, .arg = &ep_err[neps]}};
-                ep_err[neps] = UCS_OK;
-                CHECK(ucp_ep_create(w, &ep, &eps[neps]));
-                ++neps;
-            }
-            if (active) {
-                break;
-            }
-        }
-        if (active || ucp_worker_arm(w) != UCS_OK) {
-            continue;
-        }
-        struct pollfd pfd[2] = {{.fd = efd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
-        poll(pfd, 2, 50);
-        if (pfd[1].revents) {
-            char b[256];
-            if (read(0, b, sizeof(b)) <= 0) {
-                break; /* the client is done */
-            }
-        }
-    }
-    while (neps > 0) {
-        close_ep(w, eps[--neps]);
+    peer_loop(w, region_accept, &rp);
+    while (rp.neps > 0) {
+        close_ep(w, rp.eps[--rp.neps]);
     }
     ucp_listener_destroy(region_listener);
     ucp_mem_unmap(ctx, target);
