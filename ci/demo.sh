@@ -4,7 +4,7 @@
 # a pattern) and "inbox" (writable), -size DEMO_MIB MiB each, and rotates
 # the grants of "data" every DEMO_ROTATE; the importer reads "data"
 # DEMO_PASSES times across those rotations and verifies it, writes
-# "inbox", times 8-byte reads, then holds its session; SIGTERM makes the
+# "inbox" as many times, times 8-byte reads, then holds its session; SIGTERM makes the
 # exporter revoke it, wait for its acknowledgement and check the inbox.
 # Fails on any mismatch, a missed rotation or an unacknowledged revoke.
 # Runs where a supported UCX is (see ci/run.sh).
@@ -69,5 +69,5 @@ cat "$work"/*.log "$work"/*.json | tr 'A-F' 'a-f' | grep -qF -e "${hexsecret:0:3
 cat "$work"/*.log "$work"/*.json | grep -qF -e "${b64secret:0:20}" -e "${b64secret:20:20}" && fail "the secret appears in the programs' output"
 mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' <<<"$imp")
 read_gbps=$(num read_gbps "$imp") write_gbps=$(num write_gbps "$imp")
-echo "demo: read $(printf %.2f "$read_gbps") GB/s across $(num rotations "$imp") rotation(s), write $(printf %.2f "$write_gbps") GB/s (read/write $(awk -v r="$read_gbps" -v w="$write_gbps" 'BEGIN { printf "%.2f", r / w }'))"
+echo "demo: read $(printf %.2f "$read_gbps") GB/s across $(num rotations "$imp") rotation(s), write $(printf %.2f "$write_gbps") GB/s (read/write $(awk -v r="$read_gbps" -v w="$write_gbps" 'BEGIN { printf "%.2f", r / w }')), passes after the first; first pass: read $(printf %.2f "$(num first_read_gbps "$imp")"), write $(printf %.2f "$(num first_write_gbps "$imp")") GB/s"
 echo "demo: PASS: $mode mode: data read and verified, inbox written and verified by the exporter, revoke acknowledged"
