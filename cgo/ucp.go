@@ -137,6 +137,10 @@ func (w Worker) Completions() uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&w.p.completions)))
 }
 
+// EndpointErrors counts the endpoint failures the shim recorded (not a cgo
+// call); each also bumps Events.
+func (w Worker) EndpointErrors() uint64 { return uint64(w.p.ep_errors) }
+
 // AMDropped counts messages the shim could not queue (out of memory).
 func (w Worker) AMDropped() uint64 { return uint64(w.p.am_dropped) }
 

@@ -561,6 +561,7 @@ static void ucxgo_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucxgo_ep_t *e = arg;
     e->error = status;
+    ++e->worker->ep_errors;
     ++e->worker->events;
 }
 

@@ -77,11 +77,12 @@ type Worker struct {
 	spin    time.Duration // WithSpin
 
 	// Progress bookkeeping, under mu.
-	seen      uint64                                    // shim events handled so far
-	completed uint64                                    // request completions seen so far
-	eps       map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
-	handlers  map[AMID]*amHandler
-	taken     []cgo.AMMessage // reused by progressLocked
+	seen       uint64                                    // shim events handled so far
+	seenErrors uint64                                    // shim endpoint failures handled so far
+	completed  uint64                                    // request completions seen so far
+	eps        map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
+	handlers   map[AMID]*amHandler
+	taken      []cgo.AMMessage // reused by progressLocked
 
 	// Active messages taken from the shim, in arrival order, for the one
 	// goroutine that runs handlers at a time (see dispatchPending).
@@ -267,9 +268,14 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 		}
 		clear(w.taken) // views of the C memory list frees
 		list.Free()
-		for _, wp := range w.eps {
-			if ep := wp.Value(); ep != nil {
-				ep.checkFailed()
+		// Endpoint failures only when one was recorded: a message must not
+		// cost a look at every endpoint of the worker.
+		if e := w.c.EndpointErrors(); e != w.seenErrors {
+			w.seenErrors = e
+			for _, wp := range w.eps {
+				if ep := wp.Value(); ep != nil {
+					ep.checkFailed()
+				}
 			}
 		}
 	}

@@ -43,6 +43,7 @@ typedef struct ucxgo_worker {
     ucxgo_am_msg_t  *am_head, *am_tail;
     uint64_t         am_dropped; /* messages not queued: out of memory */
     uint64_t         completions; /* requests completed by callbacks (atomic) */
+    uint64_t         ep_errors; /* endpoint failures recorded (also bump events) */
 } ucxgo_worker_t;
 
 typedef struct ucxgo_ep {
