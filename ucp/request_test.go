@@ -276,3 +276,73 @@ func TestRequestCopiesOutliveLaterOperations(t *testing.T) {
 		assert.NoError(t, r.Wait(context.Background()))
 	}
 }
+
+// Goroutines doing gets while others call Detach, Wait, Test and Done on
+// copies of requests already waited for, taken from a shared slice the way
+// a service keeps recent requests: the old copies must never reach a later
+// operation, so every get completes with its own data.
+func TestRequestOldCopiesUnderConcurrency(t *testing.T) {
+	s := newStalled(t)
+	s.start(t)
+	var mu sync.Mutex
+	var kept []ucp.Request
+	done := make(chan struct{})
+	var meddlers sync.WaitGroup
+	for range 2 {
+		meddlers.Add(1)
+		go func() {
+			defer meddlers.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				mu.Lock()
+				var r ucp.Request
+				if len(kept) > 0 {
+					r = kept[i%len(kept)]
+				}
+				mu.Unlock()
+				if r == (ucp.Request{}) {
+					runtime.Gosched()
+					continue
+				}
+				r.Detach()
+				assert.NoError(t, r.Wait(context.Background()))
+				ok, err := r.Test()
+				assert.True(t, ok)
+				assert.NoError(t, err)
+				assert.True(t, r.Done())
+			}
+		}()
+	}
+	var getters sync.WaitGroup
+	for g := range 4 {
+		getters.Add(1)
+		go func() {
+			defer getters.Done()
+			for i := range 100 {
+				off := (g*7 + i) % 9
+				buf := make([]byte, 4)
+				req, err := s.ep.Get(buf, s.target.Address()+uint64(off), s.rkey)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !assert.NoError(t, req.Wait(waitCtx(t)), "getter %d, get %d", g, i) {
+					return
+				}
+				assert.Equal(t, "0123456789abcdef"[off:off+4], string(buf))
+				mu.Lock()
+				kept = append(kept, req)
+				if len(kept) > 64 {
+					kept = kept[1:]
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	getters.Wait()
+	close(done)
+	meddlers.Wait()
+}
