@@ -180,8 +180,8 @@ func (w Worker) ClearAMHandler(id uint, h AMHandler) {
 func (w Worker) CoverAMIDs() Status { return Status(C.ucxgo_worker_cover_am_ids(w.p)) }
 
 // AMMessage is one received active message. Header and Data are views of
-// C memory that stay valid until the AMList it came in is freed: copy
-// them before that, never keep them.
+// C memory that stay valid until the next Spin, Progress or Destroy of the
+// worker: copy them before that, never keep them.
 type AMMessage struct {
 	ID       uint
 	Header   []byte
@@ -192,21 +192,16 @@ type AMMessage struct {
 	ReplyEP  unsafe.Pointer // C ucp_ep_h, or nil
 }
 
-// AMList is the C memory of the messages one TakeAM drained.
-type AMList struct{ p *C.ucxgo_am_msg_t }
-
-// Free releases the list, and with it every Header and Data of its
-// messages.
-func (l AMList) Free() {
-	if l.p != nil {
-		C.ucxgo_am_msgs_free(l.p)
+// TakeAM drains the worker's message queue into out, in arrival order,
+// without a cgo call: it reads and unlinks the shim's list, which the next
+// Spin or Progress (or Destroy) frees. The caller holds the lock that
+// serializes the worker's UCX calls, which the shim's callbacks run under.
+func (w Worker) TakeAM(out []AMMessage) []AMMessage {
+	head := w.p.am_head
+	if head == nil {
+		return out
 	}
-}
-
-// TakeAM drains the worker's message queue into out, in arrival order; the
-// caller copies what it keeps and then frees the list (one crossing each).
-func (w Worker) TakeAM(out []AMMessage) ([]AMMessage, AMList) {
-	head := C.ucxgo_worker_take_am(w.p)
+	w.p.am_head, w.p.am_tail = nil, nil
 	for m := head; m != nil; m = m.next {
 		msg := AMMessage{
 			ID: uint(m.id), Length: int(m.length), Rndv: m.rndv != 0,
@@ -220,7 +215,13 @@ func (w Worker) TakeAM(out []AMMessage) ([]AMMessage, AMList) {
 		}
 		out = append(out, msg)
 	}
-	return out, AMList{head}
+	if w.p.am_spent == nil {
+		w.p.am_spent = head
+	} else { // taken twice without a spin between: free the older list now
+		C.ucxgo_am_msgs_free(w.p.am_spent)
+		w.p.am_spent = head
+	}
+	return out
 }
 
 // AMRecvData receives rendezvous data into buf (or mapped memory).

@@ -163,8 +163,18 @@ ucs_status_t ucxgo_worker_create(ucp_context_h ctx, int thread_mode,
     return UCS_OK;
 }
 
+/* Frees the messages Go took and copied (no crossing of their own). */
+static void ucxgo_worker_free_spent(ucxgo_worker_t *w)
+{
+    if (w->am_spent != NULL) {
+        ucxgo_am_msgs_free(w->am_spent);
+        w->am_spent = NULL;
+    }
+}
+
 void ucxgo_worker_destroy(ucxgo_worker_t *w)
 {
+    ucxgo_worker_free_spent(w);
     ucxgo_am_msgs_free(ucxgo_worker_take_am(w));
     ucp_worker_destroy(w->worker);
     free(w);
@@ -207,19 +217,22 @@ ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
 
 unsigned ucxgo_worker_progress(ucxgo_worker_t *w)
 {
+    ucxgo_worker_free_spent(w);
     return ucp_worker_progress(w->worker);
 }
 
 /* A spin in one crossing: up to rounds progress calls, ending early once
  * req (if not NULL) is done or a callback queued work for Go (a message, a
  * connection request, an endpoint error). Returns the sum of the calls'
- * counts: a stream of fragments is progressed without returning to Go. */
+ * counts: a stream of fragments is progressed without returning to Go.
+ * It first frees the messages Go took and copied since the last one. */
 unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds)
 {
     uint64_t events = w->events;
     unsigned n      = 0;
     unsigned i;
 
+    ucxgo_worker_free_spent(w);
     for (i = 0; i < rounds; ++i) {
         n += ucp_worker_progress(w->worker);
         if (((req != NULL) &&

@@ -247,8 +247,7 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 	if ev := w.c.Events(); ev != w.seen {
 		w.seen = ev
 		// taken is the worker's, reused under mu.
-		var list cgo.AMList
-		w.taken, list = w.c.TakeAM(w.taken[:0])
+		w.taken = w.c.TakeAM(w.taken[:0])
 		for i := range w.taken {
 			m := &w.taken[i]
 			if m.Rndv {
@@ -266,8 +265,7 @@ func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher
 			}
 			w.amPending = append(w.amPending, msg)
 		}
-		clear(w.taken) // views of the C memory list frees
-		list.Free()
+		clear(w.taken) // views of C memory the next spin frees
 		// Endpoint failures only when one was recorded: a message must not
 		// cost a look at every endpoint of the worker.
 		if e := w.c.EndpointErrors(); e != w.seenErrors {

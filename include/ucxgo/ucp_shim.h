@@ -40,7 +40,9 @@ typedef struct ucxgo_conn {
 typedef struct ucxgo_worker {
     ucp_worker_h     worker;
     uint64_t         events;   /* bumped by every callback that queues work */
-    ucxgo_am_msg_t  *am_head, *am_tail;
+    ucxgo_am_msg_t  *am_head, *am_tail; /* queued; Go takes the list under its lock */
+    ucxgo_am_msg_t  *am_spent; /* taken and copied by Go: freed by the next
+                                  progress or spin, or by destroy */
     uint64_t         am_dropped; /* messages not queued: out of memory */
     uint64_t         completions; /* requests completed by callbacks (atomic) */
     uint64_t         ep_errors; /* endpoint failures recorded (also bump events) */
