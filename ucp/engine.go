@@ -3,6 +3,7 @@ package ucp
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,9 @@ const pollTick = 50 * time.Millisecond
 // progress calls made in C (one cgo crossing each), and looks at the
 // clock, its ctx and a Close between chunks.
 const (
-	spinRounds = 64
-	spinChunk  = 16
+	spinRounds  = 64
+	spinChunk   = 16
+	yieldChunks = 4 // a spin yields the processor every yieldChunks chunks
 )
 
 // engine is one UCX worker's machinery: the worker, the mutex that
@@ -288,6 +290,12 @@ func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
 			}
 			if ctx.Err() != nil || w.res.Closing() {
 				break
+			}
+			if i%yieldChunks == 0 {
+				// Let other goroutines run: with one P a busy wait would
+				// otherwise keep the goroutine that progresses its peer (a
+				// Run in this process) off the CPU until preempted.
+				runtime.Gosched()
 			}
 		}
 	}
