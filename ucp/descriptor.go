@@ -257,6 +257,22 @@ func canExportHere() bool {
 	return false
 }
 
+// noExporterHere is true when the probe succeeded and found no memory
+// domain on this machine that can export keys: UCX then refuses to export
+// every mapping, a context's memory domains being a subset of the probe's.
+var noExporterHere = sync.OnceValue(func() bool {
+	reports, err := localMDs()
+	if err != nil {
+		return false
+	}
+	for _, r := range reports {
+		if r.HaveExportedMkey() == nil {
+			return false
+		}
+	}
+	return true
+})
+
 // checkImportable refuses a descriptor UCX would abort on or cannot use:
 // every global id must match a local memory domain, and every local memory
 // domain it matches must be able to export (UCX asserts that, in every build).

@@ -343,6 +343,9 @@ func (m *Mem) AppendExport(dst []byte) ([]byte, error) {
 	if m.kind == ucs.MemImported {
 		return dst, errs.New(op, ucs.ErrInvalidParam, "imported memory cannot be exported again")
 	}
+	if noExporterHere() {
+		return dst, errExportUnsupported // UCX's answer, without asking it
+	}
 	if m.n == 0 && !canExportHere() {
 		// UCX answers any zero-length mapping with its dummy, capable
 		// memory domain or not.
