@@ -216,6 +216,9 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 
 	const timeout = 20 * time.Second
 	var pending []ucp.Request
+	// Operations that saw the peer die: refused at the start (the endpoint
+	// had failed already) or failed in flight.
+	refused, failures := 0, 0
 	buf := make([]byte, 1<<20)
 	for i := range 64 {
 		if i == 16 {
@@ -236,12 +239,12 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 		}
 		if err != nil {
 			require.ErrorIs(t, err, ucs.ErrConnectionReset, "a later op fails with the endpoint's error")
+			refused++
 			continue
 		}
 		pending = append(pending, req)
 	}
 	start := time.Now()
-	failures := 0
 	for i := range pending {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := pending[i].Wait(ctx)
@@ -251,7 +254,10 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 			assert.NotErrorIs(t, err, ucs.ErrTimedOut, "op %d: waited out the timeout instead of failing", i)
 		}
 	}
-	assert.NotZero(t, failures, "no operation saw the peer die")
+	// When the worker saw the failure before the operations after the kill
+	// started, every one of them is refused and none fails in flight
+	// (1.22.0, once in the matrix).
+	assert.NotZero(t, refused+failures, "no operation saw the peer die")
 	select {
 	case <-cl.ep.Failed():
 		require.Error(t, cl.ep.Err())
