@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -259,6 +260,16 @@ func BenchmarkPut4M(b *testing.B)  { benchBW(b, 4<<20, true) }
 func BenchmarkGet64K(b *testing.B) { benchBW(b, 64<<10, false) }
 func BenchmarkGet1M(b *testing.B)  { benchBW(b, 1<<20, false) }
 func BenchmarkGet4M(b *testing.B)  { benchBW(b, 4<<20, false) }
+
+// BenchmarkGet1MOneProcessor is Get1M with GOMAXPROCS=1: the busy-polling
+// client and the goroutine running the target's worker share one
+// processor, as in a service confined to one core. A spinning wait that
+// never yields keeps the target's goroutine off it for a preemption slice
+// (10 ms) per step. Go only (no C twin row); run it with go test -bench.
+func BenchmarkGet1MOneProcessor(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	benchBW(b, 1<<20, false)
+}
 
 // BenchmarkCrossing is one empty cgo call, the floor under every row: the C
 // twin's counterpart is a call through a function pointer.

@@ -55,7 +55,7 @@ func sysvSegmentAttaches(key []byte) bool {
 }
 
 // rkeyFailureCrashes: the loaded release turns a failed part of a key into
-// a crash (see posixSegmentAttaches), asked once.
+// a crash (UCX 1.18 and older), asked once.
 var rkeyFailureCrashes = sync.OnceValue(func() bool { return ucs.LoadedVersion().Minor <= 18 })
 
 // findComponent is libuct's component of that name.

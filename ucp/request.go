@@ -81,7 +81,7 @@ type inflight struct {
 var completedOK = &request{done: true}
 
 // requestPool holds requests whose operation completed without error and
-// whose copies may still be held (see request).
+// whose copies may still be held: a copy tells its use by the generation.
 var requestPool = sync.Pool{New: func() any { return new(request) }}
 
 // recycleLocked returns p to the pool if its outcome is the one a Request
