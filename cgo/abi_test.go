@@ -51,7 +51,14 @@ func TestABIQueryV2AgreesWithV1(t *testing.T) {
 					a.AllocMemTypes, a.AccessMemTypes, a.RkeyPackedSize,
 					a.RegCostFixed, a.RegCostPerByte, a.LocalCPUs, a.ComponentName}
 			}
-			if d := cmp.Diff(pick(v1), pick(v2)); d != "" {
+			a, b := pick(v1), pick(v2)
+			if a.ComponentName == "posix" {
+				// posix's max_alloc is the free space of its shared-memory
+				// directory at the moment of each query: other processes
+				// change it between the two (1.19.1 in the matrix, once).
+				a.MaxAlloc, b.MaxAlloc = 0, 0
+			}
+			if d := cmp.Diff(a, b); d != "" {
 				t.Fatalf("uct_md_query_v2 disagrees with uct_md_query (-v1 +v2):\n%s", d)
 			}
 		})
