@@ -20,21 +20,35 @@ fi
 v=${1:?usage: ci/release.sh VERSION | --list}
 tarball="$src/ucx-$v.tar.xz"
 [ -f "$tarball" ] || die "no UCX $v build in $src (have: $(ls "$src" 2>/dev/null | sed -n 's/^ucx-\(.*\)\.tar\.xz$/\1/p' | tr '\n' ' '))"
-dir="${UCX_ROOTFS_CACHE:-/var/cache/ucx-go}/release-$v"
-stamp=$(stat -c '%s %Y' "$tarball")
-if [ -f "$dir/.ucx-go-stamp" ] && [ "$(cat "$dir/.ucx-go-stamp")" = "$stamp" ]; then
+# The cache is keyed on the tarball's content: release-VERSION-SHA (the
+# first 16 hex digits of its SHA-256). A directory, once complete, is never
+# changed nor removed by this script: another run (another checkout, whose
+# fixture copy has another modification time, or the same bytes) may have it
+# mounted under running tests. A new tarball gets a directory of its own;
+# old ones stay until someone removes them by hand with nothing running.
+sum=$(sha256sum "$tarball" | cut -c1-64)
+if [ -f "$src/SHA256SUMS" ]; then
+	want=$(sed -n "s/^\([0-9a-f]\{64\}\)  *\*\{0,1\}ucx-$v\.tar\.xz\$/\1/p" "$src/SHA256SUMS")
+	[ -z "$want" ] || [ "$want" = "$sum" ] || die "$tarball does not match $src/SHA256SUMS"
+fi
+cache=${UCX_ROOTFS_CACHE:-/var/cache/ucx-go}
+dir="$cache/release-$v-${sum:0:16}"
+if [ -f "$dir/.ucx-go-complete" ]; then
 	echo "$dir"; exit 0
 fi
-if [ -f "$src/SHA256SUMS" ]; then
-	(cd "$src" && grep " ucx-$v.tar.xz\$" SHA256SUMS | sha256sum -c --quiet -) >&2 ||
-		die "$tarball does not match $src/SHA256SUMS"
-fi
-tmp="$dir.tmp.$$"
-rm -rf "$tmp"; mkdir -p "$tmp"
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/.release-$v.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 tar -xJf "$tarball" -C "$tmp"
 [ -f "$tmp/opt/ucx/$v/lib/pkgconfig/ucx.pc" ] || die "$tarball holds no opt/ucx/$v/lib/pkgconfig/ucx.pc"
-echo "$stamp" >"$tmp/.ucx-go-stamp"
-rm -rf "$dir"; mv "$tmp" "$dir"; trap - EXIT
-echo "ci: UCX $v unpacked into $dir" >&2
+echo "$sum" >"$tmp/.ucx-go-complete"
+chmod 755 "$tmp"
+# Two runs may unpack the same tarball at once: the first rename wins, the
+# other finds the directory in place and drops its own copy (rename(2) of a
+# directory onto a non-empty one fails; mv -T does not merge).
+if mv -T "$tmp" "$dir" 2>/dev/null; then
+	trap - EXIT
+	echo "ci: UCX $v unpacked into $dir" >&2
+fi
+[ -f "$dir/.ucx-go-complete" ] || die "cannot unpack UCX $v into $dir"
 echo "$dir"
