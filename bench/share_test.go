@@ -6,7 +6,9 @@ package bench
 // RemoteRegion, depth of them in flight, waited for in order; puts then
 // flushed, as WriteAt does). The exporter and the raw target live in a
 // peer process (this test binary as the role "share-peer", pinned like
-// the other two-process rows' peer by BENCH_PEER_CPU); the importer and
+// the other two-process rows' peer by BENCH_PEER_CPU; the exporter's
+// session data path is a child process of it, which inherits the pinning,
+// and serves shared memory from share.NewMemory); the importer and
 // the raw client are this process, each with a UCX context of its own
 // (UCX_TLS=tcp on every side), a worker progressed by a goroutine running
 // Worker.Run (as the importer's is) and a 64 MiB Go buffer. Run with
@@ -66,16 +68,21 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	mem, err := share.NewMemory(shareSize)
+	if err != nil {
+		return err
+	}
+	defer mem.Close() // after exp.Close
+	buf := mem.Bytes()
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
 	exp, err := share.NewExporter(sealer, share.WithMode(share.ModeRkey), share.WithUCXConfig("TLS", tlsTCP))
 	if err != nil {
 		return err
 	}
 	defer exp.Close()
-	buf := make([]byte, shareSize)
-	for i := range buf {
-		buf[i] = byte(i * 7)
-	}
-	if err := exp.Add(shareRegion, buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+	if err := exp.Add(shareRegion, mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -44,6 +44,36 @@ for _ in $(seq 600); do
 	kill -0 "$importer_pid" 2>/dev/null || break
 	sleep 0.1
 done
+# Where the parts run, while the session is open: the exporter's process
+# listens on its control port only; each session's data path is a
+# process of its own (docs/security.md).
+ports() { # the TCP ports process $1 listens on
+	local ino
+	ino=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
+	for h in $(cat "/proc/$1/net/tcp" "/proc/$1/net/tcp6" 2>/dev/null | awk -v ino=" $ino" '
+		$4 == "0A" && index(ino, " " $10 " ") { split($2, a, ":"); print a[2] }'); do
+		printf '%d ' "0x$h"
+	done
+}
+kids() { # the processes whose parent is $1
+	for f in /proc/[0-9]*/stat; do
+		awk -v p="$1" '{ sub(/.*\) /, ""); if ($2 == p) print FILENAME }' "$f" 2>/dev/null
+	done | sed 's#/proc/\([0-9]*\)/stat#\1#'
+}
+echo "== where the parts run (the session open)"
+exp_ports=$(ports "$exporter_pid")
+echo "exporter: pid $exporter_pid, TCP ports it listens on: ${exp_ports:-none} (its control listener; no UCX worker in this process)"
+ndp=0
+for k in $(kids "$exporter_pid"); do
+	ndp=$((ndp + 1))
+	echo "  data path: pid $k, child of the exporter ($(tr '\0' ' ' <"/proc/$k/cmdline")), TCP ports: $(ports "$k")(its UCX worker, for this session's importer)"
+done
+echo "importer: pid $importer_pid, TCP ports it listens on: $(ports "$importer_pid")"
+[ "$(wc -w <<<"$exp_ports")" = 1 ] && [ "${exp_ports% }" = "$(sed 's/.*://' "$work/addr")" ] ||
+	fail "the exporter's process listens on more than its control port: $exp_ports"
+if grep -q 'mode rkey' "$work/exporter.log"; then
+	[ "$ndp" -ge 1 ] || fail "no data-path process runs for the session"
+fi
 kill -TERM "$exporter_pid" 2>/dev/null || true
 irc=0; wait "$importer_pid" || irc=$?
 importer_pid=

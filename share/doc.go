@@ -9,12 +9,14 @@
 // The exporter side:
 //
 //	sealer, _ := share.NewHMACSealer(secret) // the same secret on both sides
+//	mem, err := share.NewMemory(64 << 20)    // shareable memory: fill mem.Bytes()
 //	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour))
-//	exp.Add("frames", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite)
+//	exp.Add("frames", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite)
 //	l, _ := net.Listen("tcp", ":13337")
 //	go exp.Serve(l)
 //	...
 //	exp.Close() // revokes every importer, waits for them, unmaps
+//	mem.Close()
 //
 // The importer side:
 //
@@ -57,27 +59,34 @@
 // ended and (rkey mode) its endpoint was closed by force, never on a timer
 // alone; Remove, Revoke and Close return only then.
 //
-// Beneath that, UCX enforces different things per transport
-// (docs/revocation.md, measured on UCX 1.16.0, 1.18.1 and 1.22.0):
-//   - Revoking a whole session (Session.Revoke, Revoke, Close, or an
-//     importer that does not acknowledge in time) closes the importer's
-//     endpoint by force: from then on nothing it sends reaches the
-//     exporter's memory, on every transport.
-//   - Revoking one region's grant (Remove, the old grant of a Rotate, a
-//     lease's expiry) while the session goes on relies on the importer on
-//     tcp and shared memory: there UCX serves any address of the exporter
-//     to a connected endpoint, key or not. On RDMA hardware the
-//     registration is deregistered (the exporter turns UCX's registration
-//     cache off so that each grant is a registration of its own), which
-//     invalidates its key.
-//   - Only hosts with a session in its handshake may open a data
-//     connection (rkey mode), and an endpoint that does not present its
-//     session's token in time is closed.
+// Beneath that, the operating system enforces it, whatever the importer
+// sends or acknowledges (docs/security.md):
+//   - No UCX worker runs in the exporter's process: UCX serves any address
+//     of a process to any peer connected to one of its workers, so in
+//     export mode the exporter holds a UCX context only, and in rkey mode
+//     each session's data path is a process of its own (this binary,
+//     re-executed), which maps only the regions granted to that importer,
+//     from shared files (Memory) reopened read-only for read-only grants.
+//   - A revoked generation is unmapped in that process (its range left
+//     inaccessible) before Remove, Rotate or Revoke return, or the
+//     process is ended; revoking a whole session, or its end, ends the
+//     process. A late access faults there and ends that session only.
+//   - The data path accepts connections from the importer's host only,
+//     keeps the endpoint that presents the session's token, and is bound
+//     to the network device of the control connection (DevicesFacing).
+//     Its UCX tcp interfaces still accept any peer, as every UCX worker's
+//     do: such a peer reaches at most what that session was granted.
+//   - In export mode the importer's hardware key is invalidated when the
+//     exporter deregisters the generation (UCX's registration cache is
+//     off, so each grant is a registration of its own).
+//
+// The importer's side is not contained yet: its UCX worker runs in the
+// importer's process.
 //
 // One UCX issue is not prevented: in rkey mode over tcp, an importer that
 // dies (or loses its link) while its reads are in flight can make UCX
-// abort the exporter's process (docs/behaviour.md, "Known UCX issues
-// met").
+// abort the process serving it (docs/behaviour.md, "Known UCX issues
+// met"): the session's data-path process, never the exporter.
 //
 // # Offload
 //

@@ -19,14 +19,21 @@ func Example() {
 		panic(err)
 	}
 
-	// The host.
-	buf := []byte("hello from the host's memory")
+	// The host: shared memory comes from NewMemory.
+	msg := "hello from the host's memory"
+	mem, err := share.NewMemory(len(msg))
+	if err != nil {
+		panic(err)
+	}
+	defer mem.Close() // after exp.Close (deferred calls run last first)
+	buf := mem.Bytes()
+	copy(buf, msg)
 	exp, err := share.NewExporter(sealer)
 	if err != nil {
 		panic(err)
 	}
 	defer exp.Close()
-	if err := exp.Add("greeting", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+	if err := exp.Add("greeting", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
 		panic(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/datapath"
 	"net"
-	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,7 +20,8 @@ import (
 )
 
 // amBind is the active message an importer sends on its data endpoint,
-// with its session token as header, so the exporter knows whose it is.
+// with its session token as header, so that its session's data-path
+// process knows the endpoint is the importer's.
 const amBind ucp.AMID = 0x5e01
 
 // Defaults of the exporter's options.
@@ -38,7 +39,6 @@ type exporterOptions struct {
 	lease     time.Duration
 	ack       time.Duration
 	handshake time.Duration
-	dataAddr  string
 	config    [][2]string
 	name      string
 }
@@ -59,18 +59,18 @@ func WithLease(d time.Duration) ExporterOption { return func(o *exporterOptions)
 // Rotate take a ctx instead.
 func WithAckTimeout(d time.Duration) ExporterOption { return func(o *exporterOptions) { o.ack = d } }
 
-// WithHandshakeTimeout bounds a new session's hello and, in rkey mode, its
-// data connection (default DefaultHandshakeTimeout).
+// WithHandshakeTimeout bounds a new session's hello and, in rkey mode, the
+// start of its data-path process and its data connection (default
+// DefaultHandshakeTimeout).
 func WithHandshakeTimeout(d time.Duration) ExporterOption {
 	return func(o *exporterOptions) { o.handshake = d }
 }
 
-// WithDataAddr is where the UCX listener for rkey mode listens
-// ("host:port"; default: the control listener's host, port 0).
-func WithDataAddr(addr string) ExporterOption { return func(o *exporterOptions) { o.dataAddr = addr } }
-
-// WithUCXConfig sets a UCX configuration value of the exporter's context
-// (ucp.WithConfig), after the ones export mode applies itself.
+// WithUCXConfig sets a UCX configuration value of the exporter's UCX
+// contexts (ucp.WithConfig): in export mode the exporter's own, in rkey
+// mode each data-path process's; after the ones the exporter applies
+// itself (ExporterConfig, ExportModeConfig, and in rkey mode NET_DEVICES,
+// the device of the control connection).
 func WithUCXConfig(name, value string) ExporterOption {
 	return func(o *exporterOptions) { o.config = append(o.config, [2]string{name, value}) }
 }
@@ -99,18 +99,20 @@ var ExporterConfig = [][2]string{{"RCACHE_ENABLE", "n"}}
 // a registration of its own, and keeps access until its lease ends, the
 // exporter revokes it, or it closes. A region's memory may be reused or
 // freed once Remove (or Close) returned: by then no importer can reach it.
-// The exporter owns a UCX context and worker, which it progresses itself.
+//
+// No UCX worker runs in the exporter's process, so no UCX peer reaches its
+// memory. In export mode it holds a UCX context only (registration and
+// export need no worker). In rkey mode each session's data path is a
+// process of its own (this binary, re-executed), which maps only the
+// regions granted to that importer, read-only where the grant is, and
+// unmaps a region when its grant is revoked; it ends with its session.
 type Exporter struct {
-	ctx    *ucp.Context
-	w      *ucp.Worker
+	ctx    *ucp.Context // export mode only
 	sealer Sealer
 	o      exporterOptions
 	mode   Mode
 	why    string
 	id     [16]byte
-
-	runStop context.CancelFunc
-	runDone chan struct{}
 
 	mu        sync.Mutex
 	closed    bool
@@ -119,10 +121,6 @@ type Exporter struct {
 	sessions  map[*Session]struct{}
 	nextSess  uint64
 	listeners map[net.Listener]struct{}
-	data      *ucp.Listener
-	binds     map[[16]byte]chan *ucp.Endpoint
-	bound     map[*ucp.Endpoint]bool // data endpoints a session claimed
-	pending   map[netip.Addr]int     // hosts with a session waiting for its data connection
 	wg        sync.WaitGroup
 
 	st exporterCounters
@@ -130,9 +128,11 @@ type Exporter struct {
 
 type region struct {
 	id      string
-	b       []byte
+	m       *Memory
+	f       *datapath.Memfd
 	prot    ucp.Prot
-	removed bool
+	removed bool           // under the exporter's lock; no generation starts after
+	live    sync.WaitGroup // its generations not yet unmapped
 }
 
 // NewExporter makes an exporter whose grants sealer seals.
@@ -152,43 +152,23 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	features := ucp.FeatureRMA | ucp.FeatureAM
-	var copts []ucp.ContextOption
-	for _, kv := range ExporterConfig {
-		copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
-	}
+	e := &Exporter{sealer: sealer, o: o, mode: mode, why: why,
+		regions: map[string]*region{}, sessions: map[*Session]struct{}{},
+		listeners: map[net.Listener]struct{}{}}
+	rand.Read(e.id[:])
 	if mode == ModeExport {
-		features |= ucp.FeatureExportedMemh
-		for _, kv := range ExportModeConfig {
+		// Registration and export need a context, no worker: nothing of
+		// UCX listens in this process.
+		copts := []ucp.ContextOption{ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureExportedMemh), ucp.WithName("ucxshare-exporter")}
+		for _, kv := range e.ucxConfig() {
 			copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
 		}
+		uctx, err := ucp.NewContext(copts...)
+		if err != nil {
+			return nil, err
+		}
+		e.ctx = uctx
 	}
-	for _, kv := range o.config {
-		copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
-	}
-	copts = append(copts, ucp.WithFeatures(features), ucp.WithName("ucxshare-exporter"))
-	uctx, err := ucp.NewContext(copts...)
-	if err != nil {
-		return nil, err
-	}
-	w, err := uctx.NewWorker()
-	if err != nil {
-		uctx.Close()
-		return nil, err
-	}
-	e := &Exporter{ctx: uctx, w: w, sealer: sealer, o: o, mode: mode, why: why,
-		regions: map[string]*region{}, sessions: map[*Session]struct{}{},
-		listeners: map[net.Listener]struct{}{}, binds: map[[16]byte]chan *ucp.Endpoint{},
-		bound: map[*ucp.Endpoint]bool{}, pending: map[netip.Addr]int{}}
-	rand.Read(e.id[:])
-	if err := w.SetAMHandler(amBind, e.onBind); err != nil {
-		w.Close()
-		uctx.Close()
-		return nil, err
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	e.runStop, e.runDone = stop, make(chan struct{})
-	go func() { defer close(e.runDone); w.Run(runCtx) }()
 	if o.name != "" {
 		if err := publish("exporter."+o.name, e, func() any { return e.Stats() }); err != nil {
 			e.Close()
@@ -196,6 +176,16 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 		}
 	}
 	return e, nil
+}
+
+// ucxConfig is the UCX configuration of the exporter's contexts, in order:
+// ExporterConfig, ExportModeConfig in export mode, then WithUCXConfig's.
+func (e *Exporter) ucxConfig() [][2]string {
+	kv := slices.Clone(ExporterConfig)
+	if e.mode == ModeExport {
+		kv = append(kv, ExportModeConfig...)
+	}
+	return append(kv, e.o.config...)
 }
 
 // chooseMode resolves ModeAuto and says why.
@@ -220,23 +210,26 @@ func chooseMode(want Mode) (Mode, string, error) {
 // Mode is the mode the exporter runs in, and why.
 func (e *Exporter) Mode() (Mode, string) { return e.mode, e.why }
 
-// Add shares b as the region id with every importer, present and future,
-// with protection prot (ucp.ProtRemoteRead, ucp.ProtRemoteWrite or both).
-// b must stay valid, and is not to be freed or reused, until Remove(id) or
-// Close returned. Sessions open already get a grant for it at once.
+// Add shares m (all of m.Bytes()) as the region id with every importer,
+// present and future, with protection prot (ucp.ProtRemoteRead,
+// ucp.ProtRemoteWrite or both). m cannot be closed until Remove(id) or
+// Close returned (Memory.Close is refused while it is shared); its bytes
+// may be reused then: no importer can reach them. Sessions open already
+// get a grant for it at once.
 //
-// id is 1 to 255 bytes of UTF-8, b is not empty, and at most MaxRegions
-// are shared at once: otherwise the error wraps ucs.ErrInvalidParam,
+// id is 1 to 255 bytes of UTF-8, m is open, and at most MaxRegions are
+// shared at once: otherwise the error wraps ucs.ErrInvalidParam,
 // ucs.ErrAlreadyExists (id is shared already), ucs.ErrExceedsLimit, or
 // ucs.ErrClosed after Close. A removed id may be added again; importers
-// then see a new Region under it, the removed one staying revoked.
-func (e *Exporter) Add(id string, b []byte, prot ucp.Prot) error {
+// then see a new Region under it, the removed one staying revoked. One
+// Memory may be shared under several ids.
+func (e *Exporter) Add(id string, m *Memory, prot ucp.Prot) error {
 	const op = "share: add region"
 	if err := checkRegionID(op, id); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: err.(*ucs.Error).Reason}
 	}
-	if len(b) == 0 {
-		return errs.New(op, ucs.ErrInvalidParam, "region %q is empty", id)
+	if m == nil {
+		return errs.New(op, ucs.ErrInvalidParam, "region %q: no Memory (NewMemory)", id)
 	}
 	if prot&^(ucp.ProtRemoteRead|ucp.ProtRemoteWrite) != 0 || prot == 0 {
 		return errs.New(op, ucs.ErrInvalidParam, "protection %#x: give ucp.ProtRemoteRead, ucp.ProtRemoteWrite or both", uint(prot))
@@ -254,7 +247,12 @@ func (e *Exporter) Add(id string, b []byte, prot ucp.Prot) error {
 		e.mu.Unlock()
 		return errs.New(op, ucs.ErrExceedsLimit, "%d regions are shared already (MaxRegions)", MaxRegions)
 	}
-	r := &region{id: id, b: b, prot: prot | ucp.ProtLocalRead | ucp.ProtLocalWrite}
+	f, ok := m.hold()
+	if !ok {
+		e.mu.Unlock()
+		return errs.New(op, ucs.ErrInvalidParam, "region %q: the Memory is closed", id)
+	}
+	r := &region{id: id, m: m, f: f, prot: prot | ucp.ProtLocalRead | ucp.ProtLocalWrite}
 	e.regions[id] = r
 	e.order = append(e.order, id)
 	sessions := e.sessionList()
@@ -289,7 +287,10 @@ func (e *Exporter) Remove(ctx context.Context, id string) error {
 	sessions := e.sessionList()
 	e.mu.Unlock()
 	e.st.regions.Add(-1)
-	return revokeAll(ctx, "share: remove region", sessions, func(s *Session) []*generation { return s.gensOf(id, 0) }, reasonRemoved)
+	err := revokeAll(ctx, "share: remove region", sessions, func(s *Session) []*generation { return s.gensOf(id, 0) }, reasonRemoved)
+	r.live.Wait() // and the grants that were being made
+	r.m.release()
+	return err
 }
 
 // Rotate gives every importer of region id a grant on a fresh
@@ -395,8 +396,9 @@ func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*S
 // control connection of each importer (a TCP listener, or TLS or a Unix
 // socket: any net.Listener). It returns the error that ended l's Accept,
 // or nil once Close closed l; called after Close, it closes l and returns
-// an error wrapping ucs.ErrClosed. In rkey mode the first Serve also
-// starts the UCX listener importers connect to for data (WithDataAddr).
+// an error wrapping ucs.ErrClosed. In rkey mode each session's data-path
+// process listens on the control connection's local address, on a port of
+// its own, for that session's importer only.
 func (e *Exporter) Serve(l net.Listener) error {
 	const op = "share: serve"
 	e.mu.Lock()
@@ -404,24 +406,6 @@ func (e *Exporter) Serve(l net.Listener) error {
 		e.mu.Unlock()
 		l.Close()
 		return errs.New(op, ucs.ErrClosed, "the exporter is closed")
-	}
-	if e.mode == ModeRkey && e.data == nil {
-		addr := e.o.dataAddr
-		if addr == "" {
-			addr = "0.0.0.0:0"
-			if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil && !ap.Addr().IsUnspecified() {
-				addr = netip.AddrPortFrom(ap.Addr().Unmap(), 0).String()
-			}
-		}
-		dl, err := e.w.Listen(addr)
-		if err != nil {
-			e.mu.Unlock()
-			l.Close()
-			return err
-		}
-		e.data = dl
-		e.wg.Add(1)
-		go e.acceptData(dl)
 	}
 	e.listeners[l] = struct{}{}
 	e.wg.Add(1)
@@ -451,62 +435,6 @@ func (e *Exporter) Serve(l net.Listener) error {
 		}
 		go s.serve()
 	}
-}
-
-// acceptData accepts the importers' UCX connections (rkey mode), only from
-// a host with a session in its handshake; each is bound to its session by
-// the token it sends first, or closed when none claims it in time.
-func (e *Exporter) acceptData(l *ucp.Listener) {
-	defer e.wg.Done()
-	for {
-		cr, err := l.AcceptRequest(context.Background())
-		if err != nil {
-			return
-		}
-		e.mu.Lock()
-		ok := e.pending[cr.ClientAddr().Addr().Unmap()] > 0
-		e.mu.Unlock()
-		if !ok {
-			cr.Reject()
-			continue
-		}
-		ep, err := cr.Accept()
-		if err != nil {
-			continue
-		}
-		go func() {
-			select {
-			case <-time.After(e.o.handshake):
-				if !e.claimed(ep) {
-					ep.Close(context.Background(), ucp.CloseForce)
-				}
-			case <-e.runDone:
-			}
-		}()
-	}
-}
-
-// onBind runs in the worker's progress: it only hands the endpoint to the
-// session waiting for the token (a buffered channel, never blocking).
-func (e *Exporter) onBind(m *ucp.AMMessage) {
-	var tok [16]byte
-	if len(m.Header) != len(tok) || m.Reply() == nil {
-		return
-	}
-	copy(tok[:], m.Header)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ch := e.binds[tok]; ch != nil {
-		delete(e.binds, tok)
-		e.bound[m.Reply()] = true
-		ch <- m.Reply()
-	}
-}
-
-func (e *Exporter) claimed(ep *ucp.Endpoint) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.bound[ep]
 }
 
 // sessionList is the live sessions (past their handshake's snapshot of
@@ -554,12 +482,6 @@ func (e *Exporter) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), e.o.ack)
 	err := e.Revoke(ctx)
 	cancel()
-	e.mu.Lock()
-	data := e.data
-	e.mu.Unlock()
-	if data != nil {
-		data.Close()
-	}
 	e.wg.Wait()
 	e.mu.Lock()
 	left := e.sessionsWhere(true) // sessions that began during the revoke
@@ -567,10 +489,21 @@ func (e *Exporter) Close() error {
 	for _, s := range left {
 		s.end(&ucs.Error{Op: "share: close", Err: ucs.ErrClosed, Reason: "the exporter closed"}, false)
 	}
-	e.runStop()
-	<-e.runDone
-	e.w.Close()
-	e.ctx.Close()
+	e.mu.Lock()
+	regions := make([]*region, 0, len(e.regions))
+	for _, r := range e.regions {
+		r.removed = true
+		regions = append(regions, r)
+	}
+	e.regions, e.order = map[string]*region{}, nil
+	e.mu.Unlock()
+	for _, r := range regions {
+		r.live.Wait()
+		r.m.release()
+	}
+	if e.ctx != nil {
+		e.ctx.Close()
+	}
 	if e.o.name != "" {
 		unpublish("exporter."+e.o.name, e)
 	}

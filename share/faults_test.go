@@ -123,8 +123,9 @@ func TestImporterKilledMidTransfer(t *testing.T) {
 // connection's end came first).
 func TestKilledImporterEndsSessionWithError(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(64<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("r", pattern(64<<10, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead))
 	// Importers that hold their grant and do nothing (one killed while it
 	// reads can abort this process: TestExporterSurvivesKilledReaders); two
 	// killed at once are two samples of what was a race.
@@ -158,8 +159,9 @@ func TestKilledImporterEndsSessionWithError(t *testing.T) {
 // failed"). Three rounds: three samples of what was a race.
 func TestCleanImporterCloseIsNotAnError(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(64<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", pattern(64<<10, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	const rounds = 3
 	for i := range rounds {
 		imp := dial(t, addr)
@@ -236,9 +238,10 @@ func TestExporterKilledMidTransfer(t *testing.T) {
 // after Revoke returned are never read.
 func TestRevokeUnderLoad(t *testing.T) {
 	t.Parallel()
-	a := pattern(256<<10, 1)
+	mem := memory(t, pattern(256<<10, 1))
+	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 
@@ -290,8 +293,9 @@ func TestRevokeUnderLoad(t *testing.T) {
 // clock refused), the importer acknowledges, and no read succeeds after.
 func TestLeaseExpiryProcessImporter(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(256<<10, 1))
 	e, addr := serve(t, share.WithLease(time.Second))
-	require.NoError(t, e.Add("a", pattern(256<<10, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1")
 	p.WaitLine(t, "STREAMING", bound)
 	f := fields(p.WaitLine(t, "FAIL read", bound))
@@ -314,8 +318,9 @@ func TestLeaseExpiryProcessImporter(t *testing.T) {
 // registration is acknowledged.
 func TestRotateUnderLoadProcessImporter(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(256<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", pattern(256<<10, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 	reads := func() int64 { return atoi(t, fields(ask(t, p, "count", "COUNT"))["read"]) }
@@ -343,6 +348,9 @@ func frame(typ byte, payload []byte) []byte {
 	b := binary.LittleEndian.AppendUint32(nil, uint32(1+len(payload)))
 	return append(append(b, typ), payload...)
 }
+
+// wireVersion is the control protocol's version this package speaks.
+const wireVersion = 2
 
 // hello is an importer's hello (docs/share-protocol.md): magic, u16
 // protocol version, the UCX release, flags, the mode wanted.
@@ -385,8 +393,9 @@ const (
 // once: two samples of what was a race.
 func TestWrongKeyProcessImporter(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", pattern(4096, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	const n = 2
 	var ps []*testproc.Proc
 	for range n {
@@ -409,9 +418,10 @@ func TestWrongKeyProcessImporter(t *testing.T) {
 // more, and counts them; and it serves the next importer.
 func TestBadFramesRefused(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(64<<10, 1))
+	a := mem.Bytes()
 	e, addr := serve(t, share.WithHandshakeTimeout(bound))
-	a := pattern(64<<10, 1)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	for _, c := range badFrames {
 		t.Run(c.name, func(t *testing.T) {
 			types, payloads := sendRaw(t, addr, c.send)
@@ -448,9 +458,10 @@ var badFrames = []struct {
 	refuse string // what the refusal must say, if one must come
 }{
 	{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ""},
-	{"cut mid-frame", frame(1, hello(1))[:9], ""},
-	{"truncated hello", frame(1, hello(1)[:11]), "truncated hello"},
-	{"other protocol version", frame(1, hello(2)), "protocol version 2"},
+	{"cut mid-frame", frame(1, hello(wireVersion))[:9], ""},
+	{"truncated hello", frame(1, hello(wireVersion)[:11]), "truncated hello"},
+	{"previous protocol version", frame(1, hello(wireVersion-1)), "protocol version 1"},
+	{"other protocol version", frame(1, hello(wireVersion+1)), "protocol version 3"},
 	{"oversized frame", append(binary.LittleEndian.AppendUint32(nil, 128<<10+1), 1), ""},
 	{"not a hello", frame(9, make([]byte, 48)), ""},
 }
@@ -482,7 +493,7 @@ func sendRaw(t *testing.T, addr string, b []byte) ([]byte, [][]byte) {
 func TestProtocolViolationRefusedOnce(t *testing.T) {
 	t.Parallel()
 	_, addr := serve(t)
-	types, _ := sendRaw(t, addr, frame(1, hello(1)[:11]))
+	types, _ := sendRaw(t, addr, frame(1, hello(wireVersion)[:11]))
 	assert.Equal(t, []byte{frameRefuse}, types, "the frames in answer")
 }
 
@@ -595,9 +606,10 @@ func (m *mitm) importerFrames() [][]byte {
 // session and serves the next importer.
 func TestAlteredGrantRefused(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(64<<10, 1))
+	a := mem.Bytes()
 	e, addr := serve(t)
-	a := pattern(64<<10, 1)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	var once sync.Once
 	m := startMITM(t, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
@@ -643,8 +655,9 @@ func TestAlteredGrantRefused(t *testing.T) {
 // refusal arrived, once more when the session ended with it).
 func TestRefusedGrantCountedOnce(t *testing.T) {
 	t.Parallel()
+	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", pattern(4096, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	var once sync.Once
 	m := startMITM(t, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
@@ -670,10 +683,14 @@ func TestRefusedGrantCountedOnce(t *testing.T) {
 // memory after the session was over.
 func TestRegionsRevokedWhenSessionEnds(t *testing.T) {
 	t.Parallel()
-	e, addr := serve(t)
 	const regions = 32
+	var mems []*share.Memory
 	for i := range regions {
-		require.NoError(t, e.Add(fmt.Sprintf("r%02d", i), pattern(4096, byte(i)), ucp.ProtRemoteRead))
+		mems = append(mems, memory(t, pattern(4096, byte(i))))
+	}
+	e, addr := serve(t)
+	for i, mem := range mems {
+		require.NoError(t, e.Add(fmt.Sprintf("r%02d", i), mem, ucp.ProtRemoteRead))
 	}
 	m := startMITM(t, addr, nil, true)
 	succeeded := 0

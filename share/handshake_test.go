@@ -45,38 +45,23 @@ func rawHello(proto uint16) []byte {
 }
 
 // A peer that never proves the secret gets no grant, even for a region
-// added while it waits, and its data connection (with the token it saw)
-// reaches nothing.
+// added while it waits, and no data path: the exporter's hello names no
+// data port (46 bytes: magic, version, UCX release, mode, exporter and
+// session ids), and the session's data path, whose port only the accepted
+// frame carries, starts once the proof holds, so no accepted frame comes.
 func TestNoGrantBeforeProof(t *testing.T) {
+	mem := memory(t, bytes.Repeat([]byte("TOP-SECRET "), 100))
 	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithHandshakeTimeout(time.Second))
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	require.NoError(t, rawWrite(c, 1, rawHello(1)))
+	require.NoError(t, rawWrite(c, 1, rawHello(wireVersion)))
 	typ, hello, err := rawRead(c)
 	require.NoError(t, err)
 	require.Equal(t, byte(2), typ)
-	token, port := hello[30:46], binary.LittleEndian.Uint16(hello[46:])
-
-	uctx, err := ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
-	require.NoError(t, err)
-	defer uctx.Close()
-	w, err := uctx.NewWorker()
-	require.NoError(t, err)
-	defer w.Close()
-	run, stop := context.WithCancel(context.Background())
-	defer stop()
-	go w.Run(run)
-	ep, err := w.Connect("127.0.0.1:" + strconv.Itoa(int(port)))
-	require.NoError(t, err)
-	defer ep.Close(context.Background(), ucp.CloseForce)
-	if req, err := ep.SendAM(0x5e01, token, nil, ucp.AMReply); err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		req.Wait(ctx) // refused: the exporter admits no data connection before the proof
-		cancel()
-	}
-	require.NoError(t, e.Add("payroll", bytes.Repeat([]byte("TOP-SECRET "), 100), ucp.ProtRemoteRead))
+	assert.Len(t, hello, 46, "the exporter's hello holds no data port")
+	require.NoError(t, e.Add("payroll", mem, ucp.ProtRemoteRead))
 	typ, _, err = rawRead(c)
 	if err == nil {
 		assert.Equal(t, byte(3), typ, "the only frame after the hello is a refusal at the deadline")
@@ -143,11 +128,12 @@ func dialAsync(t *testing.T, addr string) <-chan *share.Importer {
 // A region added while a session is in its handshake (between the proof
 // and the grants) is granted once, and Close returns.
 func TestAddDuringHandshakeGrantsOnce(t *testing.T) {
+	mem := memory(t, make([]byte, 4096))
 	g, e := gate(t, 10) // hold "accepted"
 	dialed := dialAsync(t, g.Addr().String())
 	<-g.blocked
 	added := make(chan error, 1)
-	go func() { added <- e.Add("a", make([]byte, 4096), ucp.ProtRemoteRead) }()
+	go func() { added <- e.Add("a", mem, ucp.ProtRemoteRead) }()
 	time.Sleep(100 * time.Millisecond)
 	close(g.release)
 	imp := <-dialed
@@ -167,9 +153,13 @@ func TestAddDuringHandshakeGrantsOnce(t *testing.T) {
 // A region removed while a session receives its first grants: the
 // session opens, and the region is revoked in it once Remove returned.
 func TestRemoveDuringHandshake(t *testing.T) {
+	var mems []*share.Memory
+	for range 20 {
+		mems = append(mems, memory(t, make([]byte, 4096)))
+	}
 	g, e := gate(t, 4) // hold the first grant
-	for i := range 20 {
-		require.NoError(t, e.Add("r"+strconv.Itoa(i), make([]byte, 4096), ucp.ProtRemoteRead))
+	for i, mem := range mems {
+		require.NoError(t, e.Add("r"+strconv.Itoa(i), mem, ucp.ProtRemoteRead))
 	}
 	dialed := dialAsync(t, g.Addr().String())
 	<-g.blocked
@@ -199,8 +189,9 @@ func TestRemoveDuringHandshake(t *testing.T) {
 // this session) is refused: the importer ends the session, and nothing
 // reads the region after the exporter's Remove.
 func TestReplayedGrantRefused(t *testing.T) {
+	mem := memory(t, bytes.Repeat([]byte("abcdefgh"), 512))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", bytes.Repeat([]byte("abcdefgh"), 512), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	pl := listen(t)
 	var mu sync.Mutex
 	var grant []byte
@@ -254,20 +245,27 @@ func TestReplayedGrantRefused(t *testing.T) {
 	assert.ErrorIs(t, err, share.ErrRevoked)
 }
 
-// A hello of another protocol version is refused by its version, whatever
-// its length.
+// A hello of another protocol version (the one before, or the next) is
+// refused by its version, whatever its length.
 func TestOtherVersionRefusedByVersion(t *testing.T) {
 	_, addr := serve(t)
-	for _, hello := range [][]byte{rawHello(2), append(rawHello(2), 0, 0, 0)} {
+	for _, v := range []struct {
+		hello   []byte
+		version string
+	}{
+		{rawHello(wireVersion - 1), "protocol version 1"},
+		{rawHello(wireVersion + 1), "protocol version 3"},
+		{append(rawHello(wireVersion+1), 0, 0, 0), "protocol version 3"},
+	} {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		require.NoError(t, rawWrite(c, 1, hello))
+		require.NoError(t, rawWrite(c, 1, v.hello))
 		typ, p, err := rawRead(c)
 		c.Close()
 		require.NoError(t, err)
 		require.Equal(t, byte(3), typ)
 		assert.Equal(t, byte(0), p[0], "cause: refused, not a protocol violation")
-		assert.Contains(t, string(p[1:]), "protocol version 2")
+		assert.Contains(t, string(p[1:]), v.version)
 	}
 }

@@ -236,13 +236,14 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the proof", Wrapped: err}
 	}
 	// The exporter checks the proof before this side's UCX connects.
+	var dataPort uint16
 	if t, p, err = readFrame(imp.conn); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no answer to the proof", Wrapped: err}
 	}
 	switch t {
 	case frameAccepted:
-		if len(p) != 0 {
-			return protoErr(op, "an accepted frame with %d bytes", len(p))
+		if dataPort, err = decodeAccepted(h.Mode, p); err != nil {
+			return err
 		}
 	case frameRefuse:
 		return refusedBy(op, p)
@@ -279,7 +280,7 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		if err != nil {
 			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote host is not an IP address", Wrapped: err}
 		}
-		if imp.ep, err = imp.w.Connect(netip.AddrPortFrom(ap.Unmap(), h.DataPort).String()); err != nil {
+		if imp.ep, err = imp.w.Connect(netip.AddrPortFrom(ap.Unmap(), dataPort).String()); err != nil {
 			return imp.bothReleases(err)
 		}
 		req, err := imp.ep.SendAM(amBind, h.Session[:], nil, ucp.AMReply)

@@ -47,9 +47,10 @@ func reader(r *share.Region, want []byte, stop <-chan struct{}, reads *atomic.In
 }
 
 func TestRotateUnderLoad(t *testing.T) {
-	a := pattern(512<<10, 5)
+	mem := memory(t, pattern(512<<10, 5))
+	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -73,8 +74,9 @@ func TestRotateUnderLoad(t *testing.T) {
 }
 
 func TestLeaseExpiryRevokes(t *testing.T) {
+	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t, share.WithLease(300*time.Millisecond))
-	require.NoError(t, e.Add("a", pattern(4096, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -93,9 +95,10 @@ func TestLeaseExpiryRevokes(t *testing.T) {
 }
 
 func TestRevokeOneImporterOthersGoOn(t *testing.T) {
-	a := pattern(128<<10, 2)
+	mem := memory(t, pattern(128<<10, 2))
+	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	imps := []*share.Importer{dial(t, addr), dial(t, addr), dial(t, addr)}
 	stop := make(chan struct{})
 	var reads [3]atomic.Int64
@@ -127,11 +130,12 @@ func TestRevokeOneImporterOthersGoOn(t *testing.T) {
 func TestCloseInAnyOrder(t *testing.T) {
 	for _, order := range []string{"importer-first", "exporter-first", "together"} {
 		t.Run(order, func(t *testing.T) {
+			mem := memory(t, pattern(8192, 1))
 			e, err := share.NewExporter(sealer(t))
 			require.NoError(t, err)
 			l := listen(t)
 			go e.Serve(l)
-			require.NoError(t, e.Add("a", pattern(8192, 1), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer(t))
@@ -160,10 +164,11 @@ func TestCloseInAnyOrder(t *testing.T) {
 // Remove revokes one region in every session and returns once both
 // importers acknowledged; the other region goes on.
 func TestRemoveOneRegion(t *testing.T) {
-	a, b := pattern(64<<10, 1), pattern(64<<10, 2)
+	ma, mb := memory(t, pattern(64<<10, 1)), memory(t, pattern(64<<10, 2))
+	b := mb.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
-	require.NoError(t, e.Add("b", b, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", ma, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("b", mb, ucp.ProtRemoteRead))
 	i1, i2 := dial(t, addr), dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -185,8 +190,9 @@ func TestRemoveOneRegion(t *testing.T) {
 }
 
 func TestStatsPublishedThroughExpvar(t *testing.T) {
+	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t, share.WithExpvarName("t1"))
-	require.NoError(t, e.Add("a", pattern(4096, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	imp := dial(t, addr, share.WithImporterExpvarName("t1"))
 	_, err := imp.Regions()[0].ReadAt(make([]byte, 100), 0)
 	require.NoError(t, err)
@@ -208,8 +214,9 @@ func TestStatsPublishedThroughExpvar(t *testing.T) {
 // waited for the bye; 10 rounds miss a 1-in-8 failure 1 time in 4, make
 // stress runs many more).
 func TestCleanCloseIsNoError(t *testing.T) {
+	mem := memory(t, make([]byte, 64<<10))
 	e, addr := serve(t, share.WithMode(share.ModeRkey))
-	require.NoError(t, e.Add("a", make([]byte, 64<<10), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	for range testproc.Rounds(10) {
 		imp := dial(t, addr)
 		r, err := imp.Region("a")

@@ -25,20 +25,22 @@ import (
 )
 
 // newcomerService is what a host service would keep: its exporter, the
-// buffers it shares and where it serves.
+// memory it shares and where it serves.
 type newcomerService struct {
 	exp     *share.Exporter
 	l       net.Listener
-	buffers map[string][]byte
+	buffers map[string]*share.Memory
 	served  chan error
 }
 
-func newNewcomerService(t *testing.T, s share.Sealer, regions map[string][]byte, opts ...share.ExporterOption) *newcomerService {
+// newNewcomerService shares regions; the test closes svc.exp (its Memory,
+// from memory, closes when the test ends, after that).
+func newNewcomerService(t *testing.T, s share.Sealer, regions map[string]*share.Memory, opts ...share.ExporterOption) *newcomerService {
 	t.Helper()
 	exp, err := share.NewExporter(s, opts...)
 	require.NoError(t, err)
-	for id, b := range regions {
-		require.NoError(t, exp.Add(id, b, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	for id, m := range regions {
+		require.NoError(t, exp.Add(id, m, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -99,10 +101,10 @@ func isShareError(t *testing.T, err error, want error) {
 func TestNewcomerServiceRoundTrip(t *testing.T) {
 	s := sealer(t)
 	ctx := newcomerCtx(t)
-	frames := pattern(64<<10, 1)
+	fm, sm := memory(t, pattern(64<<10, 1)), memory(t, make([]byte, 64<<10))
+	frames, scratch := fm.Bytes(), sm.Bytes()
 	want := append([]byte(nil), frames...)
-	scratch := make([]byte, 64<<10)
-	svc := newNewcomerService(t, s, map[string][]byte{"frames": frames, "scratch": scratch})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"frames": fm, "scratch": sm})
 	defer svc.l.Close()
 	defer svc.exp.Close()
 
@@ -200,8 +202,7 @@ func TestNewcomerServiceRoundTrip(t *testing.T) {
 func TestNewcomerCloseOrderDefers(t *testing.T) {
 	s := sealer(t)
 	ctx := newcomerCtx(t)
-	buf := pattern(4096, 2)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": buf})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": memory(t, pattern(4096, 2))})
 	func() {
 		defer svc.l.Close()
 		defer svc.exp.Close()
@@ -222,7 +223,7 @@ func TestNewcomerCloseOrderDefers(t *testing.T) {
 // (2) The listener closed by the test before the exporter.
 func TestNewcomerListenerClosedFirst(t *testing.T) {
 	s := sealer(t)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(4096, 3)})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": memory(t, pattern(4096, 3))})
 	defer svc.exp.Close()
 	require.NoError(t, svc.l.Close())
 	select {
@@ -240,7 +241,7 @@ func TestNewcomerListenerClosedFirst(t *testing.T) {
 func TestNewcomerExporterClosedWhileReading(t *testing.T) {
 	s := sealer(t)
 	ctx := newcomerCtx(t)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(256<<10, 4)})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": memory(t, pattern(256<<10, 4))})
 	defer svc.l.Close()
 	c := newNewcomerClient(t, ctx, svc.addr(), s)
 	defer c.imp.Close()
@@ -288,8 +289,9 @@ func TestNewcomerExporterClosedWhileReading(t *testing.T) {
 func TestNewcomerRegionAfterImporterClose(t *testing.T) {
 	s := sealer(t)
 	ctx := newcomerCtx(t)
-	buf := pattern(4096, 5)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": buf})
+	mem := memory(t, pattern(4096, 5))
+	buf := mem.Bytes()
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": mem})
 	defer svc.l.Close()
 	defer svc.exp.Close()
 	c := newNewcomerClient(t, ctx, svc.addr(), s)
@@ -331,8 +333,9 @@ func TestNewcomerRegionAfterImporterClose(t *testing.T) {
 
 // (4) Revoke twice, and importers may open new sessions afterwards.
 func TestNewcomerRevokeTwice(t *testing.T) {
+	mem := memory(t, pattern(4096, 6))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", pattern(4096, 6), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	ctx := newcomerCtx(t)
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
@@ -363,7 +366,7 @@ func TestNewcomerRevokeTwice(t *testing.T) {
 func TestNewcomerCloseTwice(t *testing.T) {
 	s := sealer(t)
 	ctx := newcomerCtx(t)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(4096, 7)})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": memory(t, pattern(4096, 7))})
 	defer svc.l.Close()
 	c := newNewcomerClient(t, ctx, svc.addr(), s)
 	var wg sync.WaitGroup
@@ -394,10 +397,11 @@ func TestNewcomerRemoveUnknown(t *testing.T) {
 
 // (4) Add after Close.
 func TestNewcomerAddAfterClose(t *testing.T) {
+	mem := memory(t, make([]byte, 64))
 	exp, err := share.NewExporter(sealer(t))
 	require.NoError(t, err)
 	require.NoError(t, exp.Close())
-	err = exp.Add("late", make([]byte, 64), ucp.ProtRemoteRead)
+	err = exp.Add("late", mem, ucp.ProtRemoteRead)
 	require.Error(t, err)
 	isShareError(t, err, ucs.ErrClosed)
 	// Other calls after Close.
@@ -411,9 +415,9 @@ func TestNewcomerAddAfterClose(t *testing.T) {
 
 // (4) Add with the same id twice.
 func TestNewcomerAddSameIDTwice(t *testing.T) {
+	first := memory(t, pattern(128, 8))
+	second := memory(t, pattern(256, 9))
 	exp, addr := serve(t)
-	first := pattern(128, 8)
-	second := pattern(256, 9)
 	require.NoError(t, exp.Add("dup", first, ucp.ProtRemoteRead))
 	err := exp.Add("dup", second, ucp.ProtRemoteRead)
 	require.Error(t, err, "the second Add of an id must be refused, not replace silently")
@@ -424,25 +428,38 @@ func TestNewcomerAddSameIDTwice(t *testing.T) {
 	imp := dial(t, addr)
 	r, err := imp.Region("dup")
 	require.NoError(t, err)
-	assert.Equal(t, len(first), r.Len())
+	assert.Equal(t, first.Len(), r.Len())
 }
 
-// (4) Add with odd arguments: empty buffer, empty id, no protection.
+// (4) Add with odd arguments: no Memory, a closed one, empty id, no
+// protection; and NewMemory of no bytes.
 func TestNewcomerAddOddArguments(t *testing.T) {
+	mem := memory(t, make([]byte, 16))
+	closed, err := share.NewMemory(16)
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
 	exp := newcomerExporter(t)
-	err := exp.Add("empty", nil, ucp.ProtRemoteRead)
-	t.Logf("Add nil buffer: %v", err)
-	err = exp.Add("", make([]byte, 16), ucp.ProtRemoteRead)
+	err = exp.Add("empty", nil, ucp.ProtRemoteRead)
+	t.Logf("Add nil Memory: %v", err)
+	isShareError(t, err, ucs.ErrInvalidParam)
+	err = exp.Add("closed", closed, ucp.ProtRemoteRead)
+	t.Logf("Add closed Memory: %v", err)
+	isShareError(t, err, ucs.ErrInvalidParam)
+	err = exp.Add("", mem, ucp.ProtRemoteRead)
 	t.Logf("Add empty id: %v", err)
-	err = exp.Add("noprot", make([]byte, 16), 0)
+	err = exp.Add("noprot", mem, 0)
 	t.Logf("Add prot 0: %v", err)
 	assert.Error(t, err, "prot must be ProtRemoteRead, ProtRemoteWrite or both")
+	m, err := share.NewMemory(0)
+	t.Logf("NewMemory(0): %v", err)
+	assert.Nil(t, m)
+	isShareError(t, err, ucs.ErrInvalidParam)
 }
 
 // (4) Dial to a closed exporter: an error, no hang.
 func TestNewcomerDialClosedExporter(t *testing.T) {
 	s := sealer(t)
-	svc := newNewcomerService(t, s, map[string][]byte{"b": pattern(64, 10)})
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"b": memory(t, pattern(64, 10))})
 	addr := svc.addr()
 	// Make sure Serve runs: one session opened and closed.
 	c := newNewcomerClient(t, newcomerCtx(t), addr, s)
@@ -467,9 +484,10 @@ func TestNewcomerDialClosedExporter(t *testing.T) {
 // handshake timeout instead of failing at once.
 func TestNewcomerServeAfterCloseLeavesListenerOpen(t *testing.T) {
 	s := sealer(t)
+	mem := memory(t, make([]byte, 64))
 	exp, err := share.NewExporter(s)
 	require.NoError(t, err)
-	require.NoError(t, exp.Add("b", make([]byte, 64), ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
@@ -568,7 +586,7 @@ func TestNewcomerSecretCopied(t *testing.T) {
 
 // (5) A ctx already cancelled, passed to Dial.
 func TestNewcomerCancelledDial(t *testing.T) {
-	svc := newNewcomerService(t, sealer(t), map[string][]byte{"b": make([]byte, 64)})
+	svc := newNewcomerService(t, sealer(t), map[string]*share.Memory{"b": memory(t, make([]byte, 64))})
 	defer svc.l.Close()
 	defer svc.exp.Close()
 	addr := svc.addr()
@@ -585,10 +603,11 @@ func TestNewcomerCancelledDial(t *testing.T) {
 
 // (5) A ctx already cancelled, passed to ReadAtContext / WriteAtContext.
 func TestNewcomerCancelledReadWrite(t *testing.T) {
-	exp, addr := serve(t)
-	buf := pattern(64<<10, 11)
+	mem := memory(t, pattern(64<<10, 11))
+	buf := mem.Bytes()
 	want := append([]byte(nil), buf...)
-	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	exp, addr := serve(t)
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -619,9 +638,10 @@ func TestNewcomerCancelledReadWrite(t *testing.T) {
 // (5) A ctx already cancelled, passed to Revoke: sessions closed by force,
 // the error says how many; the call must not hang.
 func TestNewcomerCancelledRevoke(t *testing.T) {
+	mem := memory(t, pattern(4096, 12))
+	buf := mem.Bytes()
 	exp, addr := serve(t)
-	buf := pattern(4096, 12)
-	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -651,9 +671,10 @@ func TestNewcomerCancelledRevoke(t *testing.T) {
 
 // (5) Cancelled ctx to Remove and Session.Revoke.
 func TestNewcomerCancelledRemoveAndSessionRevoke(t *testing.T) {
+	ma, mb := memory(t, pattern(4096, 13)), memory(t, pattern(4096, 14))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("a", pattern(4096, 13), ucp.ProtRemoteRead))
-	require.NoError(t, exp.Add("b", pattern(4096, 14), ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("a", ma, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mb, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	ra, err := imp.Region("a")
 	require.NoError(t, err)
@@ -684,6 +705,7 @@ func TestNewcomerCancelledRemoveAndSessionRevoke(t *testing.T) {
 // (6) The same expvar name for two exporters.
 func TestNewcomerExpvarNameReused(t *testing.T) {
 	name := "newcomer-dup"
+	mem := memory(t, make([]byte, 64))
 	var e1, e2 *share.Exporter
 	var err1, err2 error
 	require.NotPanics(t, func() {
@@ -702,7 +724,7 @@ func TestNewcomerExpvarNameReused(t *testing.T) {
 	v := m.Get("exporter." + name)
 	require.NotNil(t, v)
 	// Which exporter does the entry show? e1 shares one region, e2 none.
-	require.NoError(t, e1.Add("r", make([]byte, 64), ucp.ProtRemoteRead))
+	require.NoError(t, e1.Add("r", mem, ucp.ProtRemoteRead))
 	var st share.ExporterStats
 	require.NoError(t, json.Unmarshal([]byte(m.Get("exporter."+name).String()), &st))
 	t.Logf("published entry shows %d region(s) (e1 has 1, e2 has 0)", st.Regions)
@@ -718,8 +740,9 @@ func TestNewcomerExpvarNameReused(t *testing.T) {
 
 // (6) The same expvar name for two importers.
 func TestNewcomerImporterExpvarNameReused(t *testing.T) {
+	mem := memory(t, pattern(64, 15))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", pattern(64, 15), ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
 	name := "newcomer-imp-dup"
 	i1 := dial(t, addr, share.WithImporterExpvarName(name))
 	var i2 *share.Importer
@@ -741,9 +764,10 @@ func TestNewcomerImporterExpvarNameReused(t *testing.T) {
 // Remove while an importer goroutine reads: the reader sees ErrRevoked, the
 // memory may be reused once Remove returned.
 func TestNewcomerRemoveWhileReading(t *testing.T) {
+	mem := memory(t, pattern(256<<10, 16))
+	buf := mem.Bytes()
 	exp, addr := serve(t)
-	buf := pattern(256<<10, 16)
-	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -792,16 +816,17 @@ func TestNewcomerRemoveWhileReading(t *testing.T) {
 // *Region the importer kept for the removed one was revoked: "a revocation
 // fails every later call with an error wrapping ErrRevoked".
 func TestNewcomerRemoveThenAddSameID(t *testing.T) {
+	om, nm := memory(t, pattern(64, 17)), memory(t, bytes.Repeat([]byte{0xCC}, 16))
+	nb := nm.Bytes()
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", pattern(64, 17), ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", om, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	imp := dial(t, addr)
 	old, err := imp.Region("b")
 	require.NoError(t, err)
 	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
 	isShareError(t, old.Err(), share.ErrRevoked)
 
-	nb := bytes.Repeat([]byte{0xCC}, 16)
-	require.NoError(t, exp.Add("b", nb, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", nm, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	var r2 *share.Region
 	ok := assert.Eventually(t, func() bool {
 		r2, err = imp.Region("b")
@@ -833,9 +858,10 @@ func TestNewcomerRemoveThenAddSameID(t *testing.T) {
 
 // Rotate while an importer reads: no read fails, the region is not revoked.
 func TestNewcomerRotateWhileReading(t *testing.T) {
+	mem := memory(t, pattern(64<<10, 18))
+	buf := mem.Bytes()
 	exp, addr := serve(t)
-	buf := pattern(64<<10, 18)
-	require.NoError(t, exp.Add("b", buf, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -874,8 +900,9 @@ func TestNewcomerRotateWhileReading(t *testing.T) {
 
 // Session.Revoke cuts one importer off and leaves the other alone.
 func TestNewcomerSessionRevokeOne(t *testing.T) {
+	mem := memory(t, pattern(4096, 19))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", pattern(4096, 19), ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
 	i1 := dial(t, addr)
 	i2 := dial(t, addr)
 	sessions := exp.Sessions()

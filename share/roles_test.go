@@ -164,7 +164,8 @@ func parseMode(s string) share.Mode {
 //	                     their live registrations; as each ends, "ENDED id=I
 //	                     live=L failed=true|false msg=Session.Err"
 //
-// At the end of stdin it closes the exporter: "CLOSED err=..." (nil).
+// At the end of stdin it closes the exporter, then the regions' Memory:
+// "CLOSED err=..." (nil).
 func runExporter() int {
 	fs := flag.NewFlagSet(roleExporter, flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "control address")
@@ -191,11 +192,25 @@ func runExporter() int {
 	if err != nil {
 		return fail(err)
 	}
-	mem := map[string][]byte{}
+	mem := map[string][]byte{} // the regions' bytes (Memory.Bytes)
+	var mems []*share.Memory
+	closeMems := func() error {
+		var errs []error
+		for _, m := range mems {
+			errs = append(errs, m.Close())
+		}
+		return errors.Join(errs...)
+	}
+	defer closeMems() // on failure (refused while e shares them: the process ends)
 	for _, r := range specs {
-		b := pattern(r.size, r.seed)
-		mem[r.id] = b
-		if err := e.Add(r.id, b, r.prot); err != nil {
+		m, err := share.NewMemory(r.size)
+		if err != nil {
+			return fail(err)
+		}
+		mems = append(mems, m)
+		mem[r.id] = m.Bytes()
+		copy(mem[r.id], pattern(r.size, r.seed))
+		if err := e.Add(r.id, m, r.prot); err != nil {
 			return fail(err)
 		}
 	}
@@ -252,7 +267,7 @@ func runExporter() int {
 			out("ERROR msg=unknown command %q", in.Text())
 		}
 	}
-	err = e.Close()
+	err = errors.Join(e.Close(), closeMems()) // the memory closes once the exporter did
 	out("CLOSED err=%v", err)
 	if err := <-served; err != nil {
 		out("ERROR msg=serve: %v", err)

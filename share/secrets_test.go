@@ -80,8 +80,9 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 			texts = append(texts, fmt.Sprintf("%s: %v %+v", what, v, v))
 		}
 	}
+	mem := memory(t, pattern(64<<10, 1))
 	e, addr := serve(t, share.WithLease(400*time.Millisecond), share.WithExpvarName("secrets"))
-	require.NoError(t, e.Add("a", pattern(64<<10, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

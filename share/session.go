@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ucxgo/ucx/internal/datapath"
 	"io"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
@@ -17,7 +18,7 @@ import (
 
 // Session is one importer's session at the exporter: its control
 // connection, its registrations (one per region and generation) and, in
-// rkey mode, its UCX endpoint. Revoking it does not disturb other
+// rkey mode, its data-path process. Revoking it does not disturb other
 // importers: their registrations are their own.
 type Session struct {
 	e       *Exporter
@@ -25,7 +26,7 @@ type Session struct {
 	conn    net.Conn
 	token   [16]byte
 	started time.Time
-	ep      *ucp.Endpoint // rkey mode, once bound
+	dp      *datapath.Proc // rkey mode: the session's data-path process
 	peerUCX ucs.Version
 
 	wmu sync.Mutex // one frame at a time on conn
@@ -39,33 +40,19 @@ type Session struct {
 
 	st sessionCounters
 
-	live     bool               // granted what is shared (under the exporter's lock)
-	refused  bool               // a refusal was sent
-	bind     chan *ucp.Endpoint // rkey mode: the data endpoint, from its bind message
-	host     netip.Addr         // the importer's host, while its data connection is awaited
-	unpended bool
+	live    bool // granted what is shared (under the exporter's lock)
+	refused bool // a refusal was sent
 }
 
-// unpend stops admitting data connections from the session's host on its
-// behalf (once).
-func (s *Session) unpend() {
-	e := s.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if s.host.IsValid() && !s.unpended {
-		s.unpended = true
-		if e.pending[s.host]--; e.pending[s.host] <= 0 {
-			delete(e.pending, s.host)
-		}
-	}
-}
-
-// generation is one registration of a region for one session.
+// generation is one registration of a region for one session: in export
+// mode a mapping of the exporter's context, in rkey mode one of the
+// session's data-path process.
 type generation struct {
 	s        *Session
+	r        *region
 	region   string
 	gen      uint64
-	mem      *ucp.Mem
+	mem      *ucp.Mem // export mode
 	issued   time.Time
 	expires  time.Time
 	revoking bool
@@ -140,10 +127,13 @@ func (s *Session) serve() {
 		s.end(err, false)
 		return
 	}
-	if s.ep != nil {
+	if s.dp != nil {
 		go func() {
 			select {
-			case <-s.ep.Failed():
+			case <-s.dp.PeerFailed():
+			case <-s.dp.Done():
+				s.end(&ucs.Error{Op: "share: session", Err: ucs.ErrConnectionReset, Reason: "the session's data path ended", Wrapped: s.dp.Err()}, false)
+				return
 			case <-s.done:
 				return
 			}
@@ -154,7 +144,7 @@ func (s *Session) serve() {
 			defer t.Stop()
 			select {
 			case <-t.C:
-				s.end(&ucs.Error{Op: "share: session", Err: ucs.ErrEndpointTimeout, Reason: "the importer's endpoint failed", Wrapped: s.ep.Err()}, false)
+				s.end(&ucs.Error{Op: "share: session", Err: ucs.ErrEndpointTimeout, Reason: "the importer's endpoint failed"}, false)
 			case <-s.done:
 			}
 		}()
@@ -231,11 +221,6 @@ func (s *Session) handshake() error {
 		return err
 	}
 	hello := exporterHello{Proto: protoVersion, UCX: local, Mode: e.mode, Exporter: e.id, Session: s.token}
-	if e.mode == ModeRkey {
-		e.mu.Lock()
-		hello.DataPort = e.data.Addr().Port()
-		e.mu.Unlock()
-	}
 	if err := s.send(frameHelloExporter, hello.encode()); err != nil {
 		return err
 	}
@@ -254,28 +239,36 @@ func (s *Session) handshake() error {
 		s.refuse(err)
 		return err
 	}
-	// Only now may this importer's host open a data connection, and only
-	// this session's token binds it.
+	// Only now does this importer get a data path: a process of its own,
+	// listening for this importer's host only, which keeps the one
+	// endpoint that sends this session's token.
+	var port uint16
 	if e.mode == ModeRkey {
-		e.mu.Lock()
-		s.bind = make(chan *ucp.Endpoint, 1)
-		e.binds[s.token] = s.bind
-		if ap, err := netip.ParseAddrPort(s.conn.RemoteAddr().String()); err == nil {
-			s.host = ap.Addr().Unmap()
-			e.pending[s.host]++
+		dctx, cancel := context.WithDeadline(context.Background(), deadline)
+		dp, err := s.startDataPath(dctx)
+		cancel()
+		if err != nil {
+			s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: "the exporter could not start the session's data path"})
+			return err
 		}
-		e.mu.Unlock()
+		s.mu.Lock()
+		s.dp = dp
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
+			dp.Close()
+			return &ucs.Error{Op: op, Err: ucs.ErrClosed, Reason: "the session ended"}
+		}
+		port = dp.Port()
 	}
-	if err := s.send(frameAccepted, nil); err != nil {
+	if err := s.send(frameAccepted, encodeAccepted(port)); err != nil {
 		return err
 	}
-	if s.bind != nil {
+	if s.dp != nil {
 		select {
-		case ep := <-s.bind:
-			s.mu.Lock()
-			s.ep = ep
-			s.mu.Unlock()
-			s.unpend()
+		case <-s.dp.Bound():
+		case <-s.dp.Done():
+			return &ucs.Error{Op: op, Err: ucs.ErrConnectionReset, Reason: "the session's data path ended", Wrapped: s.dp.Err()}
 		case <-time.After(time.Until(deadline)):
 			err := &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "the importer's UCX connection did not arrive"}
 			s.refuse(err)
@@ -312,18 +305,36 @@ func (s *Session) handshake() error {
 func (s *Session) grantNew(r *region) error {
 	const op = "share: grant"
 	e := s.e
-	mem, err := e.ctx.Register(r.b, ucp.WithProt(r.prot))
-	if err != nil {
-		return err
+	e.mu.Lock()
+	if r.removed {
+		e.mu.Unlock()
+		return &ucs.Error{Op: op, Err: ucs.ErrNoElem, Reason: "region " + r.id + " was removed"}
 	}
-	var key []byte
+	r.live.Add(1) // Done by the generation's unmap, or below
+	e.mu.Unlock()
+	s.mu.Lock()
+	s.nextGen++
+	gen := s.nextGen
+	s.mu.Unlock()
+	g := &generation{s: s, r: r, region: r.id, gen: gen, gone: make(chan struct{})}
+	var (
+		key  []byte
+		addr uint64
+		err  error
+	)
 	if e.mode == ModeExport {
-		key, err = mem.Export()
+		b := r.f.Bytes()
+		if g.mem, err = e.ctx.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), len(b), ucp.WithProt(r.prot)); err == nil {
+			addr = g.mem.Address()
+			if key, err = g.mem.Export(); err != nil {
+				g.mem.Close()
+			}
+		}
 	} else {
-		key, err = mem.PackRegion()
+		addr, key, err = s.mapInDataPath(g)
 	}
 	if err != nil {
-		mem.Close()
+		r.live.Done()
 		return err
 	}
 	s.wmu.Lock()
@@ -339,18 +350,17 @@ func (s *Session) grantNew(r *region) error {
 	if err != nil {
 		s.mu.Unlock()
 		e.mu.Unlock()
-		mem.Close()
+		g.unmap()
 		return err
 	}
-	s.nextGen++
 	now := time.Now()
-	g := &generation{s: s, region: r.id, gen: s.nextGen, mem: mem, issued: now, expires: now.Add(e.o.lease), gone: make(chan struct{})}
+	g.issued, g.expires = now, now.Add(e.o.lease)
 	s.gens[r.id] = append(s.gens[r.id], g)
 	g.lease = time.AfterFunc(e.o.lease, func() { s.expire(g) })
 	s.mu.Unlock()
 	e.mu.Unlock()
 	sealed, err := e.sealer.Seal((&grant{Format: grantFormat, UCX: ucs.LoadedVersion(), Mode: e.mode, Exporter: e.id,
-		Session: s.token, Gen: g.gen, Prot: uint32(r.prot), Address: mem.Address(), Length: uint64(len(r.b)),
+		Session: s.token, Gen: g.gen, Prot: uint32(r.prot), Address: addr, Length: uint64(len(r.f.Bytes())),
 		Issued: g.issued, Expires: g.expires, Region: r.id, Key: key}).encode())
 	if err != nil {
 		err = &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
@@ -429,16 +439,29 @@ func (s *Session) acked(m *ackMsg) {
 	g.unmap()
 }
 
+// unmap ends the generation's registration: in export mode the exporter
+// deregisters it; in rkey mode the data-path process unmaps it (or, when
+// it does not answer in time, is ended). Once gone is closed, the
+// generation's memory is mapped nowhere but in the exporter.
 func (g *generation) unmap() {
 	if g.lease != nil {
 		g.lease.Stop()
 	}
-	g.mem.Close()
+	if g.mem != nil {
+		g.mem.Close()
+	} else if dp := g.s.dp; dp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), g.s.e.o.ack)
+		if dp.Unmap(ctx, g.gen) != nil {
+			dp.Close() // unmaps everything it mapped
+		}
+		cancel()
+	}
 	close(g.gone)
+	g.r.live.Done()
 }
 
-// end ends the session once: the importer's endpoint is closed by force
-// first (rkey mode), so that nothing it started can reach a registration,
+// end ends the session once: its data-path process is ended first (rkey
+// mode), so that nothing the importer started can reach a registration,
 // then every registration is unmapped. graceful sends a bye first.
 func (s *Session) end(err error, graceful bool) {
 	s.mu.Lock()
@@ -454,26 +477,12 @@ func (s *Session) end(err error, graceful bool) {
 		gens = append(gens, gs...)
 	}
 	s.gens = nil
-	ep := s.ep
+	dp := s.dp
 	s.mu.Unlock()
 	e := s.e
 	e.mu.Lock()
 	delete(e.sessions, s)
-	delete(e.binds, s.token)
-	delete(e.bound, ep)
 	e.mu.Unlock()
-	s.unpend()
-	if s.bind != nil && ep == nil {
-		// Bound after the handshake gave up: nobody else closes it.
-		select {
-		case late := <-s.bind:
-			e.mu.Lock()
-			delete(e.bound, late)
-			e.mu.Unlock()
-			ep = late
-		default:
-		}
-	}
 	e.st.ended.Add(1)
 	if err != nil {
 		s.st.errors.Add(1)
@@ -488,10 +497,10 @@ func (s *Session) end(err error, graceful bool) {
 		s.refuse(err)
 	}
 	s.conn.Close()
-	if ep != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), e.o.ack)
-		ep.Close(ctx, ucp.CloseForce)
-		cancel()
+	if dp != nil {
+		// The process ends, and with it every mapping of the session and
+		// the importer's endpoint: then the generations are gone.
+		dp.Close()
 	}
 	for _, g := range gens {
 		g.unmap()

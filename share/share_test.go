@@ -51,6 +51,18 @@ func serve(t testing.TB, opts ...share.ExporterOption) (*share.Exporter, string)
 	return e, l.Addr().String()
 }
 
+// memory is shareable memory holding a copy of b, closed when the test
+// ends. Make it before the exporter that shares it (before serve): cleanups
+// run last first, and a Memory closes only once no exporter shares it.
+func memory(t testing.TB, b []byte) *share.Memory {
+	t.Helper()
+	m, err := share.NewMemory(len(b))
+	require.NoError(t, err)
+	copy(m.Bytes(), b)
+	t.Cleanup(func() { assert.NoError(t, m.Close(), "closing the test's Memory") })
+	return m
+}
+
 func dial(t testing.TB, addr string, opts ...share.ImporterOption) *share.Importer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -62,10 +74,11 @@ func dial(t testing.TB, addr string, opts ...share.ImporterOption) *share.Import
 }
 
 func TestReadWriteTwoRegions(t *testing.T) {
-	a, b := pattern(1<<20, 1), pattern(64<<10, 9)
+	ma, mb := memory(t, pattern(1<<20, 1)), memory(t, pattern(64<<10, 9))
+	a, b := ma.Bytes(), mb.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
-	require.NoError(t, e.Add("b", b, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", ma, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, e.Add("b", mb, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	rs := imp.Regions()
 	require.Len(t, rs, 2)
@@ -105,9 +118,9 @@ func TestReadWriteTwoRegions(t *testing.T) {
 }
 
 func TestRevokeWaitsForAcknowledgement(t *testing.T) {
-	a := pattern(256<<10, 3)
+	mem := memory(t, pattern(256<<10, 3))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -130,8 +143,9 @@ func TestRevokeWaitsForAcknowledgement(t *testing.T) {
 }
 
 func TestWrongSecretRefused(t *testing.T) {
+	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", pattern(4096, 1), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	other, err := share.NewHMACSealer([]byte("another secret of enough length"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

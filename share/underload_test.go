@@ -37,13 +37,14 @@ func TestRevokeAndCloseUnderLoadOnce(t *testing.T) {
 
 func underLoadCycle(t *testing.T, action int) {
 	start := time.Now()
-	a := pattern(256<<10, byte(action))
+	mem := memory(t, pattern(256<<10, byte(action)))
+	a := mem.Bytes()
 	e, err := share.NewExporter(sealer(t), share.WithAckTimeout(2*time.Second))
 	require.NoError(t, err)
 	l := listen(t)
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(l) }()
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer(t), share.WithChunk(32<<10))

@@ -12,10 +12,10 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// The control protocol, version 1 (docs/share-protocol.md). Every frame:
+// The control protocol, version 2 (docs/share-protocol.md). Every frame:
 // u32 length of what follows (little-endian), u8 type, payload.
 const (
-	protoVersion = 1
+	protoVersion = 2
 	helloMagic   = "UCXSHARE"
 	grantMagic   = "UCXGRANT"
 	maxFrame     = 128 << 10
@@ -36,7 +36,7 @@ const (
 	frameAck           frameType = 7  // the generation is dropped
 	frameBye           frameType = 8  // the sender ends the session cleanly
 	frameProof         frameType = 9  // importer: the sealed session token
-	frameAccepted      frameType = 10 // exporter: the proof holds; the data path follows
+	frameAccepted      frameType = 10 // exporter: the proof holds; rkey mode: the data path's port
 )
 
 func (t frameType) String() string {
@@ -225,7 +225,6 @@ type exporterHello struct {
 	Mode     Mode
 	Exporter [16]byte
 	Session  [16]byte
-	DataPort uint16 // the UCX listener's port (rkey mode), 0 in export mode
 }
 
 func (h *exporterHello) encode() []byte {
@@ -235,8 +234,7 @@ func (h *exporterHello) encode() []byte {
 	b = appendVersion(b, h.UCX)
 	b = append(b, byte(h.Mode))
 	b = append(b, h.Exporter[:]...)
-	b = append(b, h.Session[:]...)
-	return le.AppendUint16(b, h.DataPort)
+	return append(b, h.Session[:]...)
 }
 
 func decodeExporterHello(p []byte) (*exporterHello, error) {
@@ -252,17 +250,37 @@ func decodeExporterHello(p []byte) (*exporterHello, error) {
 	h.UCX, h.Mode = r.version(), Mode(r.u8())
 	copy(h.Exporter[:], r.take(16))
 	copy(h.Session[:], r.take(16))
-	h.DataPort = r.u16()
 	if err := r.done(op, "hello"); err != nil {
 		return nil, err
 	}
 	if h.Mode != ModeExport && h.Mode != ModeRkey {
 		return nil, protoErr(op, "mode %d is neither export nor rkey", h.Mode)
 	}
-	if (h.Mode == ModeRkey) != (h.DataPort != 0) {
-		return nil, protoErr(op, "%s mode with data port %d (rkey mode has one, export mode none)", h.Mode, h.DataPort)
-	}
 	return h, nil
+}
+
+// encodeAccepted is the accepted frame's payload: in rkey mode the port
+// of the session's data-path process (on the control connection's host),
+// in export mode nothing.
+func encodeAccepted(port uint16) []byte {
+	if port == 0 {
+		return nil
+	}
+	return binary.LittleEndian.AppendUint16(nil, port)
+}
+
+func decodeAccepted(mode Mode, p []byte) (uint16, error) {
+	const op = "share: accepted"
+	if mode == ModeExport {
+		if len(p) != 0 {
+			return 0, protoErr(op, "an accepted frame with %d bytes in export mode (none expected)", len(p))
+		}
+		return 0, nil
+	}
+	if len(p) != 2 || binary.LittleEndian.Uint16(p) == 0 {
+		return 0, protoErr(op, "an accepted frame of %d bytes in rkey mode (a non-zero port of 2 expected)", len(p))
+	}
+	return binary.LittleEndian.Uint16(p), nil
 }
 
 // A refusal carries its cause as a code and its reason as text (never a

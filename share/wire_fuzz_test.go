@@ -4,9 +4,10 @@ package share
 // and of the default Sealer. Each asserts that nothing panics, that an
 // error is an *ucs.Error wrapping the cause the protocol names (ErrProtocol
 // for the session's frames, ErrGrant for a grant's bytes), and, where the
-// format is canonical (hellos, grants, revokes, acks), that what a decoder
-// accepts encodes back to the very bytes it was given: a decoder that
-// accepts two spellings of one message, or drops a byte, fails here.
+// format is canonical (hellos, accepted frames, grants, revokes, acks),
+// that what a decoder accepts encodes back to the very bytes it was given:
+// a decoder that accepts two spellings of one message, or drops a byte,
+// fails here.
 //
 // The seeds are encodings of real messages (f.Add) and, in
 // testdata/fuzz, the frames of a real rkey-mode session captured on the
@@ -96,7 +97,7 @@ func samplePackedRegion() []byte {
 
 func sampleHellos() (*importerHello, *exporterHello) {
 	return &importerHello{Proto: protoVersion, UCX: fuzzUCX, CanImport: false, Want: ModeAuto},
-		&exporterHello{Proto: protoVersion, UCX: fuzzUCX, Mode: ModeRkey, Exporter: fuzzExporterID, Session: fuzzSessionID, DataPort: 40000}
+		&exporterHello{Proto: protoVersion, UCX: fuzzUCX, Mode: ModeRkey, Exporter: fuzzExporterID, Session: fuzzSessionID}
 }
 
 // wantCause fails unless err is an *ucs.Error wrapping cause.
@@ -120,7 +121,8 @@ func frame(t frameType, p []byte) []byte {
 func FuzzReadFrame(f *testing.F) {
 	ih, eh := sampleHellos()
 	f.Add(frame(frameHelloImporter, ih.encode()))
-	f.Add(append(frame(frameHelloExporter, eh.encode()), frame(frameReady, nil)...))
+	f.Add(append(frame(frameHelloExporter, eh.encode()), frame(frameAccepted, encodeAccepted(40000))...))
+	f.Add(append(frame(frameAccepted, encodeAccepted(0)), frame(frameReady, nil)...))
 	f.Add(frame(frameRevoke, (&revokeMsg{Gen: 3, Reason: reasonRotated, Region: "a"}).encode()))
 	f.Add(frame(frameAck, (&ackMsg{Gen: 3, Region: "a"}).encode()))
 	f.Add(frame(frameRefuse, encodeRefuse(&ucs.Error{Op: "x", Err: ErrSeal, Reason: "no"})))
@@ -171,7 +173,7 @@ func FuzzDecodeImporterHello(f *testing.F) {
 			f.Add((&importerHello{Proto: protoVersion, UCX: fuzzUCX, CanImport: can, Want: want}).encode())
 		}
 	}
-	f.Add((&importerHello{Proto: 2, UCX: ucs.Version{Major: 1, Minor: 22}}).encode())
+	f.Add((&importerHello{Proto: protoVersion + 1, UCX: ucs.Version{Major: 1, Minor: 22}}).encode())
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeImporterHello(p)
 		if err != nil {
@@ -194,10 +196,11 @@ func FuzzDecodeExporterHello(f *testing.F) {
 	_, eh := sampleHellos()
 	f.Add(eh.encode())
 	x := *eh
-	x.Mode, x.DataPort = ModeExport, 0
+	x.Mode = ModeExport
 	f.Add(x.encode())
-	x.Mode, x.DataPort = ModeRkey, 0
+	x.Mode = 3
 	f.Add(x.encode())
+	f.Add(append(eh.encode(), 0x40, 0x9c)) // and a data port after it, as version 1 had: 2 bytes too many
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeExporterHello(p)
 		if err != nil {
@@ -210,10 +213,35 @@ func FuzzDecodeExporterHello(f *testing.F) {
 		if h.Mode != ModeExport && h.Mode != ModeRkey {
 			t.Fatalf("accepted mode %d", h.Mode)
 		}
-		if h.Mode == ModeRkey && h.DataPort == 0 {
-			t.Fatal("accepted rkey mode without a data port")
-		}
 		if got := h.encode(); !bytes.Equal(got, p) {
+			t.Fatalf("accepted %x, which encodes back as %x", p, got)
+		}
+	})
+}
+
+// FuzzDecodeAccepted: an accepted frame is empty in export mode and a
+// non-zero port of 2 bytes in rkey mode (the mode of the exporter's hello:
+// any byte but ModeExport's is read as rkey); what is accepted encodes back
+// to the very bytes.
+func FuzzDecodeAccepted(f *testing.F) {
+	for _, p := range [][]byte{encodeAccepted(40000), encodeAccepted(1), encodeAccepted(0), {0, 0}, {0x40, 0x9c, 0}, {7}} {
+		f.Add(uint8(ModeRkey), p)
+		f.Add(uint8(ModeExport), p)
+	}
+	f.Fuzz(func(t *testing.T, m uint8, p []byte) {
+		mode := ModeRkey
+		if Mode(m) == ModeExport {
+			mode = ModeExport
+		}
+		port, err := decodeAccepted(mode, p)
+		if err != nil {
+			wantCause(t, err, ErrProtocol)
+			return
+		}
+		if (mode == ModeExport) != (port == 0) {
+			t.Fatalf("accepted port %d in %s mode", port, mode)
+		}
+		if got := encodeAccepted(port); !bytes.Equal(got, p) {
 			t.Fatalf("accepted %x, which encodes back as %x", p, got)
 		}
 	})
@@ -259,7 +287,7 @@ func FuzzOpenGrant(f *testing.F) {
 	s := fuzzSealer(f)
 	_, eh := sampleHellos()
 	xh := *eh
-	xh.Mode, xh.DataPort = ModeExport, 0
+	xh.Mode = ModeExport
 	imps := []*Importer{
 		{sealer: s, hello: eh, o: importerOptions{skew: 2 * time.Second}},
 		{sealer: s, hello: &xh, o: importerOptions{skew: 2 * time.Second}},
@@ -449,6 +477,7 @@ func TestWriteWireCorpus(t *testing.T) {
 	}
 	rel := ucs.LoadedVersion()
 	s := fuzzSealer(t)
+	a, b := testMemory(t, 64<<10), testMemory(t, 4096) // closed after e
 	e, err := NewExporter(s, WithMode(ModeRkey))
 	if err != nil {
 		t.Fatal(err)
@@ -460,7 +489,6 @@ func TestWriteWireCorpus(t *testing.T) {
 	rec := &recordingListener{Listener: l}
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(rec) }()
-	a, b := make([]byte, 64<<10), make([]byte, 4096)
 	if err := e.Add("a", a, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
 		t.Fatal(err)
 	}
@@ -542,6 +570,8 @@ func TestWriteWireCorpus(t *testing.T) {
 					write("FuzzDecodeImporterHello", file, bs(p))
 				case frameHelloExporter:
 					write("FuzzDecodeExporterHello", file, bs(p))
+				case frameAccepted:
+					write("FuzzDecodeAccepted", file, fmt.Sprintf("uint8(%d)", ModeRkey), bs(p))
 				case frameGrant:
 					body := p[:len(p)-sha256.Size]
 					write("FuzzDecodeGrant", file, bs(body))
@@ -560,6 +590,22 @@ func TestWriteWireCorpus(t *testing.T) {
 		}
 	}
 	t.Logf("frames captured: %v", count)
+}
+
+// testMemory is n bytes of shareable memory, closed when the test ends:
+// make it before the exporter that shares it, which must close first.
+func testMemory(t *testing.T, n int) *Memory {
+	t.Helper()
+	m, err := NewMemory(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return m
 }
 
 // recordingListener records the bytes of every connection it accepts,

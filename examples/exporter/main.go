@@ -85,14 +85,26 @@ func main() {
 
 func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 	size := *sizeMiB << 20
-	data, inbox := make([]byte, size), make([]byte, size)
+	// Shared memory comes from share.NewMemory; it can be closed once the
+	// exporter is (deferred calls run last first).
+	dataMem, err := share.NewMemory(size)
+	if err != nil {
+		return 1, err
+	}
+	defer dataMem.Close()
+	inboxMem, err := share.NewMemory(size)
+	if err != nil {
+		return 1, err
+	}
+	defer inboxMem.Close()
+	data, inbox := dataMem.Bytes(), inboxMem.Bytes()
 	demo.Fill(data, demo.DataSeed)
 	e, err := share.NewExporter(sealer, share.WithMode(m), share.WithLease(*lease), share.WithAckTimeout(*ackWait))
 	if err != nil {
 		return 1, err
 	}
 	defer e.Close()
-	if err := errors.Join(e.Add("data", data, ucp.ProtRemoteRead), e.Add("inbox", inbox, ucp.ProtRemoteWrite)); err != nil {
+	if err := errors.Join(e.Add("data", dataMem, ucp.ProtRemoteRead), e.Add("inbox", inboxMem, ucp.ProtRemoteWrite)); err != nil {
 		return 1, err
 	}
 	l, err := net.Listen("tcp", *listen)

@@ -1,0 +1,299 @@
+package datapath
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/ucp"
+)
+
+// A binary that imports this package becomes a data-path process when its
+// parent started it as one (Start): before the binary's main package is
+// initialised, it serves its parent and exits.
+func init() {
+	if os.Getenv(envRole) == "" {
+		return
+	}
+	os.Exit(serve())
+}
+
+// child is the data-path process's state.
+type child struct {
+	conn *net.UnixConn
+	wmu  sync.Mutex
+	cfg  Config
+	uctx *ucp.Context
+	w    *ucp.Worker
+	l    *ucp.Listener
+
+	mu      sync.Mutex
+	bound   *ucp.Endpoint
+	pending []*ucp.Endpoint // accepted from the peer's host, not yet claimed
+	maps    map[uint64]*mapping
+}
+
+type mapping struct {
+	b   []byte
+	mem *ucp.Mem
+}
+
+func serve() int {
+	if os.Getenv(envRole) != protoVersion {
+		fmt.Fprintf(os.Stderr, "ucxshare-datapath: started by a parent of protocol %q, this binary speaks %q\n", os.Getenv(envRole), protoVersion)
+		return 2
+	}
+	// No privilege this process gains by exec, whatever the peer makes it
+	// run (PR_SET_NO_NEW_PRIVS).
+	syscall.RawSyscall6(syscall.SYS_PRCTL, 38, 1, 0, 0, 0, 0)
+	fc, err := net.FileConn(os.NewFile(3, "datapath-parent"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
+		return 2
+	}
+	c := &child{conn: fc.(*net.UnixConn), maps: map[uint64]*mapping{}}
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	m, _, err := c.recv(buf, oob)
+	if err != nil || m.Op != "init" || m.Init == nil {
+		fmt.Fprintln(os.Stderr, "ucxshare-datapath: no init message:", err)
+		return 2
+	}
+	c.cfg = *m.Init
+	if err := c.start(); err != nil {
+		fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
+		return 1
+	}
+	for {
+		m, fds, err := c.recv(buf, oob)
+		if err != nil {
+			// The parent closed its end, or died: nothing here is worth
+			// saving, and the exit unmaps everything.
+			return 0
+		}
+		switch m.Op {
+		case "map":
+			c.doMap(m, fds)
+		case "unmap":
+			c.doUnmap(m)
+		default:
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+			c.send(message{Op: "error", Seq: m.Seq, Err: "unknown operation " + m.Op})
+		}
+	}
+}
+
+// start opens UCX: a context with RMA (and active messages for the bind),
+// one worker progressed by a goroutine, one listener.
+func (c *child) start() error {
+	opts := []ucp.ContextOption{ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM), ucp.WithName(c.cfg.Name),
+		ucp.WithUnmapQuarantine(0)} // an unmapped generation is unmapped at once: a late peer operation kills this process, no other
+	for _, kv := range c.cfg.UCX {
+		opts = append(opts, ucp.WithConfig(kv[0], kv[1]))
+	}
+	var err error
+	if c.uctx, err = ucp.NewContext(opts...); err != nil {
+		return err
+	}
+	if c.w, err = c.uctx.NewWorker(); err != nil {
+		return err
+	}
+	go c.w.Run(context.Background())
+	if err := c.w.SetAMHandler(ucp.AMID(c.cfg.AMBind), c.onBind); err != nil {
+		return err
+	}
+	if c.l, err = c.w.Listen(listenAddr(c.cfg)); err != nil {
+		return err
+	}
+	go c.accept()
+	return c.send(message{Op: "ready", Port: c.l.Addr().Port()})
+}
+
+// accept takes connections from the peer's host until one is claimed;
+// the others are closed then.
+func (c *child) accept() {
+	for {
+		cr, err := c.l.AcceptRequest(context.Background())
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		ok := c.bound == nil && len(c.pending) < 8 && cr.ClientAddr().Addr().Unmap() == c.cfg.Peer.Unmap()
+		c.mu.Unlock()
+		if !ok {
+			cr.Reject()
+			continue
+		}
+		ep, err := cr.Accept()
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		late := c.bound != nil
+		if !late {
+			c.pending = append(c.pending, ep)
+		}
+		c.mu.Unlock()
+		if late {
+			ep.Close(context.Background(), ucp.CloseForce)
+		}
+	}
+}
+
+// onBind runs in the worker's progress: the endpoint whose first message
+// carries the token is the peer's; no other is kept.
+func (c *child) onBind(m *ucp.AMMessage) {
+	ep := m.Reply()
+	if ep == nil || !bytes.Equal(m.Header, c.cfg.Token[:]) {
+		return
+	}
+	c.mu.Lock()
+	if c.bound != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.bound = ep
+	others := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	go func() {
+		c.l.Close()
+		for _, o := range others {
+			if o != ep {
+				o.Close(context.Background(), ucp.CloseForce)
+			}
+		}
+		c.send(message{Op: "bound"})
+		<-ep.Failed()
+		c.send(message{Op: "peer-failed"})
+	}()
+}
+
+func (c *child) doMap(m message, fds []int) {
+	fail := func(format string, a ...any) {
+		c.send(message{Op: "error", Seq: m.Seq, Err: fmt.Sprintf(format, a...)})
+	}
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		fail("map without exactly one file (%d)", len(fds))
+		return
+	}
+	prot, uprot := syscall.PROT_READ, ucp.ProtLocalRead|ucp.ProtRemoteRead
+	if m.Write {
+		prot |= syscall.PROT_WRITE
+		uprot |= ucp.ProtLocalWrite | ucp.ProtRemoteWrite
+	}
+	if m.Len == 0 || m.Len > m.Size || m.Size > 1<<48 {
+		syscall.Close(fds[0])
+		fail("map of %d bytes in %d", m.Len, m.Size)
+		return
+	}
+	b, err := syscall.Mmap(fds[0], 0, int(m.Size), prot, syscall.MAP_SHARED)
+	// The file is closed at once: with no descriptor left, this process
+	// cannot map it again, nor more of it, nor writable.
+	syscall.Close(fds[0])
+	if err != nil {
+		fail("mapping %d bytes: %v", m.Len, err)
+		return
+	}
+	mem, err := c.uctx.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), int(m.Len), ucp.WithProt(uprot))
+	if err != nil {
+		syscall.Munmap(b)
+		fail("%v", err)
+		return
+	}
+	key, err := mem.PackRegion()
+	if err != nil {
+		mem.Close()
+		syscall.Munmap(b)
+		fail("%v", err)
+		return
+	}
+	c.mu.Lock()
+	c.maps[m.Gen] = &mapping{b: b, mem: mem}
+	c.mu.Unlock()
+	c.send(message{Op: "mapped", Seq: m.Seq, Gen: m.Gen, Addr: mem.Address(), Key: key})
+}
+
+// doUnmap deregisters a generation and replaces its pages with an
+// inaccessible reservation in one step (mmap MAP_FIXED): the range is never
+// reused by this process, so a peer that still names it makes this process
+// fault and end, and reaches nothing.
+func (c *child) doUnmap(m message) {
+	c.mu.Lock()
+	mp := c.maps[m.Gen]
+	delete(c.maps, m.Gen)
+	c.mu.Unlock()
+	if mp == nil {
+		c.send(message{Op: "unmapped", Seq: m.Seq, Gen: m.Gen})
+		return
+	}
+	mp.mem.Close()
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(mp.b)))
+	_, _, errno := syscall.Syscall6(syscall.SYS_MMAP, addr, uintptr(len(mp.b)), syscall.PROT_NONE,
+		syscall.MAP_FIXED|syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_NORESERVE, ^uintptr(0), 0)
+	if errno != 0 {
+		// The shared pages must not stay mapped: end here, the parent sees
+		// the process end.
+		fmt.Fprintln(os.Stderr, "ucxshare-datapath: cannot unmap a revoked generation:", errno)
+		os.Exit(3)
+	}
+	c.send(message{Op: "unmapped", Seq: m.Seq, Gen: m.Gen})
+}
+
+func (c *child) send(m message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = c.conn.WriteMsgUnix(b, nil, nil)
+	return err
+}
+
+// recv reads the parent's next message and the descriptors it carries.
+func (c *child) recv(buf, oob []byte) (message, []int, error) {
+	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return message{}, nil, err
+	}
+	if n == 0 {
+		return message{}, nil, errEnd
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+		if err == nil {
+			for _, cm := range msgs {
+				if f, err := syscall.ParseUnixRights(&cm); err == nil {
+					fds = append(fds, f...)
+				}
+			}
+		}
+	}
+	var m message
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return message{}, nil, err
+	}
+	return m, fds, nil
+}
+
+func listenAddr(cfg Config) string {
+	return net.JoinHostPort(cfg.Listen.Unmap().String(), "0")
+}

@@ -1,0 +1,411 @@
+// Package datapath runs a UCX data path in a process of its own: this
+// binary re-executed, holding a UCX context, worker and listener, and
+// mapping only the memory it is handed (shared files, read-only where the
+// grant is). UCX serves any address of a process to any peer connected to
+// one of its workers; a process that holds a service's memory or secrets
+// therefore runs no worker, and starts one of these per peer instead.
+//
+// The parent (Start, Proc) trusts nothing the process sends: every message
+// is size-bounded and checked in Go. The process trusts its parent, and
+// nothing else: it accepts one connection, from the one host it is told,
+// claimed by the token it is told, and exits when its parent's socket
+// closes (or its parent dies).
+package datapath
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// envRole marks a re-executed binary as a data-path process; its value is
+// the protocol version below.
+const envRole = "UCXGO_SHARE_DATAPATH"
+
+const protoVersion = "1"
+
+// Limits on what the process may send.
+const (
+	maxMessage = 64 << 10
+	maxKey     = 8 << 10
+	maxErr     = 512
+)
+
+// Config is what a data-path process is told at its start.
+type Config struct {
+	Name   string      `json:"name"`   // names the UCX context in UCX's logs
+	Listen netip.Addr  `json:"listen"` // the address its UCX listener listens on (port chosen)
+	Peer   netip.Addr  `json:"peer"`   // the one host whose connection it accepts
+	Token  [16]byte    `json:"token"`  // the header of the bind message that claims the connection
+	AMBind uint16      `json:"ambind"` // the active message id of the bind message
+	UCX    [][2]string `json:"ucx"`    // UCX configuration of its context, in order
+}
+
+// message is one message either way on the process's socket.
+type message struct {
+	Op    string  `json:"op"`
+	Seq   uint64  `json:"seq,omitempty"`
+	Gen   uint64  `json:"gen,omitempty"`
+	Len   uint64  `json:"len,omitempty"`  // bytes registered and packed
+	Size  uint64  `json:"size,omitempty"` // bytes mapped: Len rounded up to whole pages
+	Write bool    `json:"write,omitempty"`
+	Addr  uint64  `json:"addr,omitempty"`
+	Port  uint16  `json:"port,omitempty"`
+	Key   []byte  `json:"key,omitempty"`
+	Err   string  `json:"err,omitempty"`
+	Init  *Config `json:"init,omitempty"`
+}
+
+// Proc is a running data-path process, seen from its parent.
+type Proc struct {
+	cmd    *exec.Cmd
+	conn   *net.UnixConn
+	stderr *tail
+
+	wmu sync.Mutex // one message at a time
+
+	mu   sync.Mutex
+	seq  uint64
+	wait map[uint64]chan message
+
+	port       uint16
+	ready      chan struct{}
+	bound      chan struct{}
+	peerFailed chan struct{}
+	boundOnce  sync.Once
+	failOnce   sync.Once
+
+	killOnce sync.Once
+	done     chan struct{} // closed once the process was reaped
+	err      error         // how it ended, set before done closes
+}
+
+// Start starts a data-path process with cfg and returns once its UCX
+// listener listens (Port), or with the error that stopped it.
+func Start(ctx context.Context, cfg Config) (*Proc, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("data path: socket pair: %w", err)
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "datapath"), os.NewFile(uintptr(fds[1]), "datapath-child")
+	fc, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("data path: %w", err)
+	}
+	p := &Proc{conn: fc.(*net.UnixConn), stderr: &tail{max: 4 << 10}, wait: map[uint64]chan message{},
+		ready: make(chan struct{}), bound: make(chan struct{}), peerFailed: make(chan struct{}), done: make(chan struct{})}
+	// The binary itself, under a name of its own; none of the parent's
+	// arguments and only the environment UCX and Go read: a secret passed
+	// to the service in either stays out of the process.
+	p.cmd = &exec.Cmd{Path: "/proc/self/exe", Args: []string{"ucxshare-datapath"}, Env: childEnv(),
+		ExtraFiles: []*os.File{theirs}, Stderr: p.stderr,
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	err = p.cmd.Start()
+	theirs.Close()
+	if err != nil {
+		p.conn.Close()
+		return nil, fmt.Errorf("data path: starting the process: %w", err)
+	}
+	go p.read()
+	if err := p.send(message{Op: "init", Init: &cfg}, nil); err != nil {
+		p.Close()
+		return nil, err
+	}
+	select {
+	case <-p.ready:
+		return p, nil
+	case <-p.done:
+		return nil, p.Err()
+	case <-ctx.Done():
+		p.Close()
+		return nil, fmt.Errorf("data path: the process did not start listening in time: %w", ctx.Err())
+	}
+}
+
+// childEnv is the environment a data-path process gets: UCX's, the
+// loader's and Go's runtime variables, nothing else.
+func childEnv() []string {
+	env := []string{envRole + "=" + protoVersion}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "UCX_"), name == "LD_LIBRARY_PATH", name == "GORACE",
+			name == "GODEBUG", name == "GOTRACEBACK", name == "GOMAXPROCS", name == "TMPDIR":
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Port is the port of the process's UCX listener.
+func (p *Proc) Port() uint16 { return p.port }
+
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Bound is closed once the peer's connection was claimed by its token.
+func (p *Proc) Bound() <-chan struct{} { return p.bound }
+
+// PeerFailed is closed when the bound peer's endpoint failed.
+func (p *Proc) PeerFailed() <-chan struct{} { return p.peerFailed }
+
+// Done is closed once the process has ended and was reaped.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err says how the process ended (nil while it runs).
+func (p *Proc) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Map hands the process a shared file to map (size bytes, read-only
+// unless writable), and to register and pack the first length bytes of
+// for the peer as generation gen. It returns the address of the mapping in
+// the process and the packed region.
+func (p *Proc) Map(ctx context.Context, gen uint64, f *os.File, size, length int, writable bool) (uint64, []byte, error) {
+	r, err := p.call(ctx, message{Op: "map", Gen: gen, Size: uint64(size), Len: uint64(length), Write: writable}, f, "mapped")
+	if err != nil {
+		return 0, nil, err
+	}
+	if r.Gen != gen || r.Addr == 0 || len(r.Key) == 0 {
+		p.kill()
+		return 0, nil, fmt.Errorf("data path: a malformed answer to map (generation %d, address %#x, %d key bytes)", r.Gen, r.Addr, len(r.Key))
+	}
+	return r.Addr, r.Key, nil
+}
+
+// Unmap has the process deregister and unmap generation gen; its address
+// range stays reserved, inaccessible, for the process's life. Once it
+// returns nil, or the process ended, the process maps none of it.
+func (p *Proc) Unmap(ctx context.Context, gen uint64) error {
+	r, err := p.call(ctx, message{Op: "unmap", Gen: gen}, nil, "unmapped")
+	if err == nil && r.Gen != gen {
+		p.kill()
+		err = fmt.Errorf("data path: an answer to unmap %d names generation %d", gen, r.Gen)
+	}
+	return err
+}
+
+// Close ends the process (SIGKILL: it holds nothing to save) and waits
+// until it was reaped; after Close returns, nothing it mapped is mapped
+// anywhere but in this process. Safe to call more than once.
+func (p *Proc) Close() error {
+	p.kill()
+	<-p.done
+	return nil
+}
+
+func (p *Proc) kill() {
+	p.killOnce.Do(func() {
+		p.cmd.Process.Kill()
+		p.conn.Close()
+	})
+}
+
+// call sends m and waits for its answer (of type want, or an error).
+func (p *Proc) call(ctx context.Context, m message, f *os.File, want string) (message, error) {
+	ch := make(chan message, 1)
+	p.mu.Lock()
+	p.seq++
+	m.Seq = p.seq
+	p.wait[m.Seq] = ch
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.wait, m.Seq)
+		p.mu.Unlock()
+	}()
+	if err := p.send(m, f); err != nil {
+		return message{}, err
+	}
+	select {
+	case r := <-ch:
+		switch r.Op {
+		case want:
+			return r, nil
+		case "error":
+			return message{}, fmt.Errorf("data path: %s: %s", m.Op, r.Err)
+		}
+		p.kill()
+		return message{}, fmt.Errorf("data path: a %q answer to %s", r.Op, m.Op)
+	case <-p.done:
+		return message{}, p.Err()
+	case <-ctx.Done():
+		// The process did not answer in time: it is ended, so that what it
+		// maps is unmapped all the same.
+		p.Close()
+		return message{}, fmt.Errorf("data path: no answer to %s in time (the process was ended): %w", m.Op, ctx.Err())
+	}
+}
+
+func (p *Proc) send(m message, f *os.File) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if f != nil {
+		oob = syscall.UnixRights(int(f.Fd()))
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := p.conn.WriteMsgUnix(b, oob, nil); err != nil {
+		p.kill()
+		return fmt.Errorf("data path: sending %s: %w", m.Op, err)
+	}
+	return nil
+}
+
+// read takes the process's messages until its socket ends, then reaps it.
+func (p *Proc) read() {
+	buf := make([]byte, maxMessage+1)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	var why error
+	for why == nil {
+		n, oobn, flags, _, err := p.conn.ReadMsgUnix(buf, oob)
+		switch {
+		case err != nil:
+			why = err
+		case n == 0:
+			why = errEnd
+		case oobn != 0 || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 || n > maxMessage:
+			why = fmt.Errorf("a message of %d bytes with %d control bytes (flags %#x)", n, oobn, flags)
+			if oobn != 0 {
+				closeRights(oob[:oobn])
+			}
+		default:
+			why = p.dispatch(buf[:n])
+		}
+	}
+	p.kill()
+	werr := p.cmd.Wait()
+	msg := "the data path process ended"
+	if werr != nil {
+		msg += " (" + werr.Error() + ")"
+	}
+	if s := p.stderr.lastLine(); s != "" {
+		msg += ": " + s
+	}
+	if why != errEnd && !errors.Is(why, net.ErrClosed) && !errors.Is(why, syscall.ECONNRESET) && !errors.Is(why, io.EOF) {
+		msg += "; its socket: " + why.Error()
+	}
+	p.err = errors.New(msg)
+	close(p.done)
+}
+
+// errEnd: the process closed its socket (it exited).
+var errEnd = errors.New("end of stream")
+
+// dispatch checks one message of the process's and passes it on; an error
+// ends the process.
+func (p *Proc) dispatch(b []byte) error {
+	var m message
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&m); err != nil {
+		return fmt.Errorf("a malformed message: %w", err)
+	}
+	if m.Init != nil || len(m.Key) > maxKey || len(m.Err) > maxErr {
+		return fmt.Errorf("a %q message out of bounds", m.Op)
+	}
+	switch m.Op {
+	case "ready":
+		if m.Port == 0 || p.port != 0 {
+			return errors.New("a second ready, or one with no port")
+		}
+		p.port = m.Port
+		close(p.ready)
+		return nil
+	case "bound":
+		p.boundOnce.Do(func() { close(p.bound) })
+		return nil
+	case "peer-failed":
+		p.failOnce.Do(func() { close(p.peerFailed) })
+		return nil
+	case "mapped", "unmapped", "error":
+		p.mu.Lock()
+		ch := p.wait[m.Seq]
+		p.mu.Unlock()
+		if ch == nil {
+			return fmt.Errorf("an answer %q to no request (%d)", m.Op, m.Seq)
+		}
+		select {
+		case ch <- m:
+			return nil
+		default:
+			return fmt.Errorf("a second answer to request %d", m.Seq)
+		}
+	}
+	return fmt.Errorf("an unknown message %q", m.Op)
+}
+
+// closeRights closes the descriptors a control message carries.
+func closeRights(oob []byte) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		if fds, err := syscall.ParseUnixRights(&m); err == nil {
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+		}
+	}
+}
+
+// tail keeps the last bytes written to it (the process's stderr).
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine is the first line of the last report the process printed: a Go
+// panic or fatal signal's first line, or UCX's last line.
+func (t *tail) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.b)), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "SIGSEGV") || strings.HasPrefix(l, "signal ") || strings.HasPrefix(l, "unexpected fault") {
+			return strings.TrimSpace(l)
+		}
+	}
+	if len(lines) > 0 {
+		l := strings.TrimSpace(lines[len(lines)-1])
+		if len(l) > 200 {
+			l = l[:200]
+		}
+		return l
+	}
+	return ""
+}

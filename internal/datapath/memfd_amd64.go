@@ -1,0 +1,3 @@
+package datapath
+
+const sysMemfdCreate = 319

@@ -1,0 +1,548 @@
+package share_test
+
+// Containment (docs/security.md): the tests play the peer one would least
+// like to meet. A hostile importer holds the secret and follows the
+// handshake, then sends whatever it likes on its UCX endpoint: raw gets
+// and puts at any address, through read-only grants and after revocations
+// it acknowledged. A peer without a session scans every port the
+// exporter's processes listen on.
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ucxgo/ucx/internal/testproc"
+	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+)
+
+// hostile is an importer that holds the secret and obeys nothing after
+// the handshake.
+type hostile struct {
+	t      testing.TB
+	c      net.Conn
+	uctx   *ucp.Context
+	w      *ucp.Worker
+	ep     *ucp.Endpoint
+	stop   context.CancelFunc
+	s      share.Sealer
+	grants map[string]rawGrant
+	keys   []*ucp.RemoteKey
+}
+
+// rawGrant is a grant's fields as docs/share-protocol.md lays them out.
+type rawGrant struct {
+	region string
+	gen    uint64
+	prot   uint32
+	addr   uint64
+	length uint64
+	key    []byte
+	rr     ucp.RemoteRegion
+}
+
+// dialHostile opens a session by hand, with the tests' secret, and
+// installs every initial grant.
+func dialHostile(t testing.TB, addr string) *hostile { return dialHostileWith(t, addr, sealer(t)) }
+
+func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	h := &hostile{t: t, c: c, s: s, grants: map[string]rawGrant{}}
+	t.Cleanup(h.close)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	require.NoError(t, rawWrite(c, 1, rawHello(2)))
+	typ, hello, err := rawRead(c)
+	require.NoError(t, err)
+	require.Equal(t, byte(2), typ, "hello: %q", hello)
+	require.Len(t, hello, 46)
+	var exporter, token [16]byte
+	copy(exporter[:], hello[14:30])
+	copy(token[:], hello[30:46])
+	proof, err := s.Seal(append(append([]byte("UCXPROOF"), token[:]...), exporter[:]...))
+	require.NoError(t, err)
+	require.NoError(t, rawWrite(c, 9, proof))
+	typ, acc, err := rawRead(c)
+	require.NoError(t, err)
+	require.Equal(t, byte(10), typ, "accepted: %q", acc)
+	require.Len(t, acc, 2)
+	port := binary.LittleEndian.Uint16(acc)
+
+	h.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
+	require.NoError(t, err)
+	h.w, err = h.uctx.NewWorker()
+	require.NoError(t, err)
+	run, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go h.w.Run(run)
+	host, _, _ := net.SplitHostPort(addr)
+	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(port))))
+	require.NoError(t, err)
+	req, err := h.ep.SendAM(0x5e01, token[:], nil, ucp.AMReply)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, req.Wait(ctx))
+	for {
+		typ, p, err := rawRead(c)
+		require.NoError(t, err)
+		if typ == 5 { // ready
+			break
+		}
+		require.Equal(t, byte(4), typ, "a %d frame in the handshake: %q", typ, p)
+		h.install(p)
+	}
+	c.SetDeadline(time.Time{})
+	return h
+}
+
+// install opens a sealed grant and unpacks its key on the endpoint.
+func (h *hostile) install(sealed []byte) rawGrant {
+	t := h.t
+	b, err := h.s.Open(sealed)
+	require.NoError(t, err)
+	le := binary.LittleEndian
+	off := 8 + 2 + 3 + 1 + 16 + 16 // magic, format, UCX, mode, exporter, session
+	g := rawGrant{gen: le.Uint64(b[off:]), prot: le.Uint32(b[off+8:]), addr: le.Uint64(b[off+12:]), length: le.Uint64(b[off+20:])}
+	off += 8 + 4 + 8 + 8 + 8 + 8
+	n := int(b[off])
+	g.region = string(b[off+1 : off+1+n])
+	off += 1 + n
+	g.key = b[off+4 : off+4+int(le.Uint32(b[off:]))]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.rr, err = h.ep.UnpackRegion(ctx, g.key)
+	require.NoError(t, err)
+	h.grants[g.region] = g
+	return g
+}
+
+// anyKey is a key with no bounds: a bare UCX key of the peer's own memory.
+// UCX's software RMA serves any address with it, as a peer written in C
+// would.
+func (h *hostile) anyKey() *ucp.RemoteKey {
+	t := h.t
+	own, err := h.uctx.Allocate(4096)
+	require.NoError(t, err)
+	t.Cleanup(func() { own.Close() })
+	bare, err := own.PackRemoteKey()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rk, err := h.ep.UnpackRemoteKey(ctx, bare)
+	require.NoError(t, err)
+	h.keys = append(h.keys, rk)
+	return rk
+}
+
+// get reads n bytes at any address of the exporter's data path, with a
+// key it holds: UCX's software RMA checks neither.
+func (h *hostile) get(raddr uint64, n int, key *ucp.RemoteKey) ([]byte, error) {
+	b := make([]byte, n)
+	req, err := h.ep.Get(b, raddr, key)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return b, req.Wait(ctx)
+}
+
+func (h *hostile) put(b []byte, raddr uint64, key *ucp.RemoteKey) error {
+	req, err := h.ep.Put(b, raddr, key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := req.Wait(ctx); err != nil {
+		return err
+	}
+	return h.ep.Flush(ctx)
+}
+
+// next reads the next control frame, answering nothing.
+func (h *hostile) next(timeout time.Duration) (byte, []byte, error) {
+	h.c.SetReadDeadline(time.Now().Add(timeout))
+	return rawRead(h.c)
+}
+
+// ack acknowledges a revocation (the ack frame), whatever it goes on to do.
+func (h *hostile) ack(revoke []byte) {
+	gen := binary.LittleEndian.Uint64(revoke)
+	region := revoke[10 : 10+int(revoke[9])]
+	p := binary.LittleEndian.AppendUint64(nil, gen)
+	p = append(append(p, byte(len(region))), region...)
+	require.NoError(h.t, rawWrite(h.c, 7, p))
+}
+
+func (h *hostile) close() {
+	if h.ep != nil {
+		for _, g := range h.grants {
+			g.rr.Key().Close()
+		}
+		for _, k := range h.keys {
+			k.Close()
+		}
+		h.ep.Close(context.Background(), ucp.CloseForce)
+	}
+	if h.w != nil {
+		h.stop()
+		h.w.Close()
+	}
+	if h.uctx != nil {
+		h.uctx.Close()
+	}
+	h.c.Close()
+}
+
+// newMemory is shared memory filled with fill, closed after the test's
+// later cleanups (its exporter's among them).
+func newMemory(t testing.TB, fill []byte) *share.Memory {
+	t.Helper()
+	m, err := share.NewMemory(len(fill))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Close()) })
+	copy(m.Bytes(), fill)
+	return m
+}
+
+// stillServes: the exporter serves a well-behaved importer after whatever
+// came before.
+func stillServes(t *testing.T, addr, region string, want []byte) {
+	t.Helper()
+	imp := dial(t, addr)
+	r, err := imp.Region(region)
+	require.NoError(t, err)
+	got := make([]byte, len(want))
+	_, err = r.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.NoError(t, imp.Close())
+}
+
+// An importer that writes through a read-only grant reaches nothing: the
+// data path maps the region read-only, from a read-only file, so the
+// write faults there and ends that session; the exporter's bytes are
+// unchanged and the exporter serves the next importer.
+func TestContainedReadOnlyGrant(t *testing.T) {
+	for round := range testproc.Rounds(2) {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			want := bytes.Repeat([]byte("read-only "), 500)
+			mem := newMemory(t, want)
+			rw := newMemory(t, make([]byte, 64))
+			e, addr := serve(t, share.WithMode(share.ModeRkey))
+			require.NoError(t, e.Add("ro", mem, ucp.ProtRemoteRead))
+			require.NoError(t, e.Add("rw", rw, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			h := dialHostile(t, addr)
+			// The control: the same put through a writable grant lands.
+			grw := h.grants["rw"]
+			require.NoError(t, h.put([]byte("WRITTEN"), grw.addr, grw.rr.Key()))
+			require.Equal(t, []byte("WRITTEN"), rw.Bytes()[:7])
+			g := h.grants["ro"]
+			require.Equal(t, uint32(ucp.ProtRemoteRead), g.prot&uint32(ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			got, err := h.get(g.addr, 16, g.rr.Key())
+			require.NoError(t, err)
+			require.Equal(t, want[:16], got)
+
+			err = h.put([]byte("OVERWRITTEN"), g.addr, g.rr.Key())
+			require.Error(t, err, "a put through a read-only grant completed")
+			t.Logf("the put: %v", err)
+			require.Equal(t, want, mem.Bytes(), "the exporter's bytes changed")
+			sessionEnds(t, e)
+			stillServes(t, addr, "ro", want)
+		})
+	}
+}
+
+// sessionEnds waits until the exporter has no session left.
+func sessionEnds(t *testing.T, e *share.Exporter) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(e.Sessions()) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the hostile importer's session did not end")
+}
+
+// An importer that acknowledges a revocation and goes on reaches none of
+// the revoked memory once Remove returned: the data path unmapped it (the
+// range is left inaccessible), so the next get faults there and ends that
+// session, and bytes the exporter wrote after Remove never leave it.
+func TestContainedRemoveEnforced(t *testing.T) {
+	for round := range testproc.Rounds(2) {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
+			keep := newMemory(t, []byte("another region, still shared"))
+			e, addr := serve(t, share.WithMode(share.ModeRkey))
+			require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			require.NoError(t, e.Add("keep", keep, ucp.ProtRemoteRead))
+			h := dialHostile(t, addr)
+			g := h.grants["r"]
+
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				done <- e.Remove(ctx, "r")
+			}()
+			typ, p, err := h.next(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, byte(6), typ, "expected a revoke: %q", p)
+			h.ack(p) // and carries on
+			require.NoError(t, <-done)
+
+			secret := bytes.Repeat([]byte("AFTER-REMOVE "), 100)
+			copy(mem.Bytes(), secret) // the memory is reused
+			got, err := h.get(g.addr, len(secret), g.rr.Key())
+			t.Logf("a get after Remove: %v", err)
+			if err == nil {
+				require.NotEqual(t, secret, got)
+				require.False(t, bytes.Contains(got, []byte("AFTER-REMOVE")), "read reused memory after Remove")
+			}
+			err = h.put([]byte("written after remove"), g.addr, g.rr.Key())
+			require.False(t, bytes.HasPrefix(mem.Bytes(), []byte("written after remove")), "wrote memory after Remove (put: %v)", err)
+			stillServes(t, addr, "keep", []byte("another region, still shared"))
+		})
+	}
+}
+
+// An importer that never acknowledges the expiry of its lease keeps
+// nothing: the exporter ends its session at the ack timeout and its data
+// path with it.
+func TestContainedLeaseEnforced(t *testing.T) {
+	mem := newMemory(t, bytes.Repeat([]byte("leased "), 100))
+	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithLease(300*time.Millisecond), share.WithAckTimeout(300*time.Millisecond))
+	require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	h := dialHostile(t, addr)
+	g := h.grants["r"]
+	typ, p, err := h.next(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, byte(6), typ, "expected a revoke at the lease's end: %q", p)
+	sessionEnds(t, e)
+	copy(mem.Bytes(), "AFTER-EXPIRY")
+	got, err := h.get(g.addr, 12, g.rr.Key())
+	require.Error(t, err, "a get after the session ended returned %q", got)
+}
+
+// A peer without the secret, and a peer with it, scan every TCP port the
+// exporter's own process listens on: there is one, the control listener.
+// No UCX worker runs in the exporter's process in rkey mode, so no UCX
+// peer reaches a byte of it; the data paths are processes of their own.
+func TestContainedExporterProcessListensOnControlOnly(t *testing.T) {
+	// The secret and the service's private memory are made at run time,
+	// as a service reads them, so that the binary's image holds neither.
+	key := make([]byte, 32)
+	rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	p := testproc.Start(t, testproc.Spec{Role: roleContainedExporter, Args: []string{keyFile}})
+	private, err := hex.DecodeString(strings.TrimPrefix(p.WaitLine(t, "private ", 20*time.Second), "private "))
+	require.NoError(t, err)
+	granted, err := hex.DecodeString(strings.TrimPrefix(p.WaitLine(t, "granted ", 20*time.Second), "granted "))
+	require.NoError(t, err)
+	addr := strings.TrimPrefix(p.WaitLine(t, "addr ", 20*time.Second), "addr ")
+	s, err := share.NewHMACSealer(key)
+	require.NoError(t, err)
+	_, ctlPort, _ := net.SplitHostPort(addr)
+	h := dialHostileWith(t, addr, s) // a session: its data path is running
+	g := h.grants["data"]
+	pid := p.Pid()
+	ports := listeningPorts(t, pid)
+	require.Equal(t, []string{ctlPort}, ports, "the exporter's process listens on more than its control port")
+	kids := childrenOf(t, pid)
+	require.Len(t, kids, 1, "one data-path process per session")
+	require.NotEmpty(t, listeningPorts(t, kids[0]), "the data path's UCX listens (tcp interfaces)")
+
+	// What the session's peer can read of its data path is that process:
+	// every readable mapping of it (from its /proc maps), read through
+	// UCX as the peer would, holds neither the exporter's secret nor its
+	// service memory.
+	got, err := h.get(g.addr, len(granted), g.rr.Key())
+	require.NoError(t, err)
+	require.Equal(t, granted, got)
+	found, read := scanMaps(t, h, h.anyKey(), kids[0], [][]byte{key, private, granted})
+	t.Logf("read %d KiB of the data path's memory through UCX: found %q", read>>10, found)
+	require.Greater(t, read, 1<<20, "the scan read too little to mean anything")
+	require.Len(t, found, 1, "the scan sees the granted bytes (its control), and nothing of the exporter's secret or service memory")
+	require.Contains(t, found[0], fmt.Sprintf("%q", granted))
+	require.True(t, processAlive(pid), "the exporter died")
+}
+
+// scanMaps reads the readable mappings of process pid through the
+// hostile peer's endpoint, in 64 KiB steps, and says which needles it saw:
+// shared files first (the granted regions), then the others smallest
+// first, up to 256 MiB in all; mappings of more than 1 GiB (the race
+// detector's shadow, reserved address space) are left out.
+func scanMaps(t *testing.T, h *hostile, key *ucp.RemoteKey, pid int, needles [][]byte) ([]string, int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	require.NoError(t, err)
+	type span struct {
+		start, end uint64
+		line       string
+	}
+	var spans []span
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 5 || fs[1][0] != 'r' || (len(fs) > 5 && strings.HasPrefix(fs[5], "[v")) {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fs[0], "-")
+		start, _ := strconv.ParseUint(lo, 16, 64)
+		end, _ := strconv.ParseUint(hi, 16, 64)
+		if end-start <= 1<<30 {
+			spans = append(spans, span{start, end, line})
+		}
+	}
+	slices.SortStableFunc(spans, func(a, b span) int {
+		am, bm := strings.Contains(a.line, "memfd:"), strings.Contains(b.line, "memfd:")
+		if am != bm {
+			if am {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.end-a.start, b.end-b.start)
+	})
+	var found []string
+	read := 0
+	for _, sp := range spans {
+		for a := sp.start; a < sp.end && read < 256<<20; a += 64 << 10 {
+			n := min(64<<10, int(sp.end-a))
+			got, err := h.get(a, n, key)
+			require.NoError(t, err, "reading %#x (%s) of the data path", a, sp.line)
+			read += n
+			for _, nd := range needles {
+				if bytes.Contains(got, nd) {
+					found = append(found, fmt.Sprintf("%q at %s", nd, sp.line))
+				}
+			}
+		}
+	}
+	return found, read
+}
+
+const roleContainedExporter = "share-contained-exporter"
+
+func init() { testproc.Role(roleContainedExporter, runContainedExporter) }
+
+// runContainedExporter is a service: it reads its secret from the file
+// its argument names, holds memory it never shares (random, printed as
+// "private HEX"), and shares one region in rkey mode until stdin closes.
+func runContainedExporter() int {
+	key, err := os.ReadFile(os.Args[len(os.Args)-1])
+	if err != nil {
+		return failRole(err)
+	}
+	private := make([]byte, 64)
+	rand.Read(private)
+	out("private %x", private)
+	s, err := share.NewHMACSealer(key)
+	if err != nil {
+		return failRole(err)
+	}
+	mem, err := share.NewMemory(4096)
+	if err != nil {
+		return failRole(err)
+	}
+	granted := make([]byte, 64)
+	rand.Read(granted)
+	copy(mem.Bytes(), granted)
+	out("granted %x", granted)
+	e, err := share.NewExporter(s, share.WithMode(share.ModeRkey))
+	if err != nil {
+		return failRole(err)
+	}
+	if err := e.Add("data", mem, ucp.ProtRemoteRead); err != nil {
+		return failRole(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return failRole(err)
+	}
+	go e.Serve(l)
+	out("addr %s", l.Addr())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	e.Close()
+	mem.Close()
+	_ = private[0]
+	return 0
+}
+
+func failRole(err error) int {
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// listeningPorts is the TCP ports process pid has listening sockets on.
+func listeningPorts(t *testing.T, pid int) []string {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	require.NoError(t, err)
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var ports []string
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" || !inodes[fs[9]] { // 0A: LISTEN
+				continue
+			}
+			_, hexPort, _ := strings.Cut(fs[1], ":")
+			port, _ := strconv.ParseUint(hexPort, 16, 16)
+			ports = append(ports, strconv.FormatUint(port, 10))
+		}
+	}
+	return ports
+}
+
+// childrenOf is the processes whose parent is pid (from /proc/*/stat:
+// a task's children file lists only that thread's).
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	var kids []int
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range ents {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+		if err != nil {
+			continue
+		}
+		fs := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(fs) > 1 && fs[1] == strconv.Itoa(pid) {
+			kids = append(kids, id)
+		}
+	}
+	return kids
+}
+
+func processAlive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/status", pid))
+	return err == nil
+}

@@ -1,0 +1,125 @@
+package share
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ucxgo/ucx/internal/datapath"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// startDataPath starts the session's data-path process (rkey mode): it
+// listens on the control connection's local address, accepts the
+// importer's host only, and keeps the endpoint that sends the session's
+// token.
+func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
+	const op = "share: session data path"
+	local, err := netip.ParseAddrPort(s.conn.LocalAddr().String())
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its local address is " + s.conn.LocalAddr().String() + ")", Wrapped: err}
+	}
+	peer, err := netip.ParseAddrPort(s.conn.RemoteAddr().String())
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its remote address is " + s.conn.RemoteAddr().String() + ")", Wrapped: err}
+	}
+	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local.Addr().Unmap(),
+		Peer: peer.Addr().Unmap(), Token: s.token, AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
+	if dev := DevicesFacing(local.Addr()); dev != "" && !configures(cfg.UCX, "NET_DEVICES") {
+		cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
+	}
+	dp, err := datapath.Start(ctx, cfg)
+	if err != nil {
+		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
+	}
+	return dp, nil
+}
+
+// mapInDataPath has the session's data-path process map g's region,
+// read-only unless the region is writable, and returns the address there
+// and the packed region.
+func (s *Session) mapInDataPath(g *generation) (uint64, []byte, error) {
+	const op = "share: grant"
+	writable := g.r.prot&ucp.ProtRemoteWrite != 0
+	f, err := g.r.f.Open(writable)
+	if err != nil {
+		return 0, nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "reopening the region's shared file", Wrapped: err}
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), s.e.o.ack)
+	defer cancel()
+	addr, key, err := s.dp.Map(ctx, g.gen, f, g.r.f.Size(), len(g.r.f.Bytes()), writable)
+	if err != nil {
+		return 0, nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the session's data path did not map region " + g.r.id, Wrapped: err}
+	}
+	return addr, key, nil
+}
+
+// configures says whether kv sets UCX variable name (or the environment
+// does: UCX_name).
+func configures(kv [][2]string, name string) bool {
+	if os.Getenv("UCX_"+name) != "" {
+		return true
+	}
+	for _, x := range kv {
+		if strings.EqualFold(x[0], name) || strings.EqualFold(x[0], "UCX_"+name) {
+			return true
+		}
+	}
+	return false
+}
+
+// DevicesFacing is the UCX_NET_DEVICES value that binds UCX to the
+// network device holding addr: the interface's name, and the RDMA device
+// ports sysfs lists beneath it (mlx5_0:1, say), comma-separated; "" when
+// no interface holds addr. The data paths of rkey mode use it, unless
+// NET_DEVICES is configured (WithUCXConfig, WithImporterUCXConfig, or
+// UCX_NET_DEVICES in the environment).
+func DevicesFacing(addr netip.Addr) string {
+	addr = addr.Unmap()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr {
+				return strings.Join(append([]string{ifc.Name}, rdmaPorts(ifc.Name)...), ",")
+			}
+		}
+	}
+	return ""
+}
+
+// rdmaPorts is the RDMA device ports of network interface name, from
+// sysfs (/sys/class/net/NAME/device/infiniband/DEV, port dev_port+1).
+func rdmaPorts(name string) []string {
+	devs, _ := filepath.Glob(filepath.Join("/sys/class/net", name, "device/infiniband/*"))
+	if len(devs) == 0 {
+		return nil
+	}
+	port := 1
+	if b, err := os.ReadFile(filepath.Join("/sys/class/net", name, "dev_port")); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 && n < 256 {
+			port = n + 1
+		}
+	}
+	var out []string
+	for _, d := range devs {
+		out = append(out, filepath.Base(d)+":"+strconv.Itoa(port))
+	}
+	return out
+}
