@@ -18,7 +18,7 @@ import (
 // ucp_ep_rkey_unpack hands the part of remote memory domain m to the
 // component of the local transport that reaches the peer's transport on m
 // (the peer's worker address, seen in wire-up, never by the API). On UCX
-// 1.16 to 1.18 a reader that fails is a crash (see posixSegmentAttaches),
+// 1.16 to 1.18 a reader that fails is a crash (a posix segment that no longer attaches),
 // and the readers that can fail on the machines this binding serves are
 // the shared-memory ones, sysv and posix. So on those releases the
 // endpoint asks UCX itself, once per memory-domain index: it unpacks a

@@ -29,7 +29,7 @@ type sleeper struct {
 	wake      chan struct{}
 	wakeTaken bool // a waiter other than the poller waits on wake
 
-	// The poller's sleep (see init).
+	// The poller's sleep, bounded by the guard timer below.
 	guard      *time.Timer
 	guardFired atomic.Bool
 	signals    sync.WaitGroup // guard and ctx signals started, not yet done
