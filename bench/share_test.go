@@ -85,7 +85,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 	if err := exp.Add(shareRegion, mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", testproc.HostAddr())
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rl, err := w.Listen("127.0.0.1:0")
+	rl, err := w.Listen(testproc.HostAddr())
 	if err != nil {
 		return err
 	}

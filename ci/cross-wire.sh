@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ci/cross-wire.sh: two processes on different UCX releases over tcp. One
+# ci/cross-wire.sh: two processes on different UCX releases over tcp (on
+# this machine's network address, host_ip in lib.sh). One
 # build of the exporter and importer (package share; the README's main
 # job) runs as the host (exporter) on release A and as the DPU (importer)
 # on release B, for every pair of XWIRE_RELEASES ("debian" is trixie's
@@ -26,7 +27,8 @@ cd "$root"
 if [ "${1:-}" != --inside ]; then
 	mkdir -p bin/xwire
 	ci/in-rootfs.sh trixie sh -c 'go build -o bin/xwire/exporter ./examples/exporter && go build -o bin/xwire/importer ./examples/importer'
-	exec ci/in-rootfs.sh trixie env XWIRE_RELEASES="${XWIRE_RELEASES:-$(ci/release.sh --list | tr '\n' ' ')debian}" ci/cross-wire.sh --inside
+	exec ci/in-rootfs.sh trixie env XWIRE_RELEASES="${XWIRE_RELEASES:-$(ci/release.sh --list | tr '\n' ' ')debian}" \
+		XWIRE_ADDR="$(host_ip)" ci/cross-wire.sh --inside
 fi
 
 releases=$XWIRE_RELEASES
@@ -45,7 +47,7 @@ declare -A cell
 for a in $releases; do
 	for b in $releases; do
 		rm -f "$work/addr"
-		LD_LIBRARY_PATH=$(lib "$a") bin/xwire/exporter -listen 127.0.0.1:0 -size 4 -key-file "$work/secret" \
+		LD_LIBRARY_PATH=$(lib "$a") bin/xwire/exporter -listen "$XWIRE_ADDR:0" -size 4 -key-file "$work/secret" \
 			-serve 1 -addr-file "$work/addr" -revoke-timeout 2s -json >"$work/exp.json" 2>"$work/exp.log" &
 		pid=$!
 		for _ in $(seq 100); do [ -s "$work/addr" ] && break; sleep 0.05; done

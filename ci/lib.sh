@@ -55,3 +55,13 @@ hw_prepare() {
 	fi
 	hw_pass doctor "$(grep -c '"can_export": true' <<<"$report") memory domain(s) can export"
 }
+
+# host_ip: this machine's first IPv4 address on an interface that is up,
+# not a loopback (as testproc.HostIP); 127.0.0.1 without one. share's data
+# path binds UCX to the control connection's device, and UCX 1.20 cannot
+# carry tcp between processes over a loopback device.
+host_ip() {
+	local a
+	a=$(ip -4 -o addr show scope global up 2>/dev/null | awk '{ split($4, x, "/"); print x[1]; exit }')
+	echo "${a:-127.0.0.1}"
+}

@@ -45,7 +45,11 @@ if [ "${1:-}" = --run ]; then
 			[ -z "$after" ] || printf 'after PASS (not judged):\n%s\n' "$after" | head -n 5
 			echo "PASS $p on UCX $rel (${took} s)"
 		else
-			echo "$log" | tail -n 60
+			# The first failures and the panic's first lines (a timeout's
+			# goroutine dump is long), then the end of the run.
+			grep -E -A 30 '^(--- FAIL|panic: |fatal error: )' <<<"$log" | head -n 120 || true
+			echo "[...]"
+			tail -n 25 <<<"$log"
 			echo "FAIL $p on UCX $rel (exit $rc, ${took} s)"
 			fail=1
 		fi

@@ -477,7 +477,7 @@ func runContainedExporter() int {
 	if err := e.Add("data", mem, ucp.ProtRemoteRead); err != nil {
 		return failRole(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", hostAddr)
 	if err != nil {
 		return failRole(err)
 	}

@@ -30,14 +30,33 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 	}
 	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local.Addr().Unmap(),
 		Peer: peer.Addr().Unmap(), Token: s.token, AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
-	if dev := DevicesFacing(local.Addr()); dev != "" && !configures(cfg.UCX, "NET_DEVICES") {
-		cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
+	if !configures(cfg.UCX, "NET_DEVICES") {
+		if err := loopbackUsable(local.Addr(), ucs.LoadedVersion()); err != nil {
+			return nil, err
+		}
+		if dev := DevicesFacing(local.Addr()); dev != "" {
+			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
+		}
 	}
 	dp, err := datapath.Start(ctx, cfg)
 	if err != nil {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
 	return dp, nil
+}
+
+// loopbackUsable refuses a data path bound to a loopback device on UCX
+// 1.20: its tcp transport takes a loopback peer's device address (which
+// holds a namespace id, not an IP address) for an address to route to,
+// finds no route, and so no lane reaches the peer (read in 1.20.1's
+// tcp_iface.c, fixed in 1.21.0; measured: every session over 127.0.0.1
+// failed its wire-up with "Destination is unreachable").
+func loopbackUsable(a netip.Addr, v ucs.Version) error {
+	if !a.Unmap().IsLoopback() || v.Major != 1 || v.Minor != 20 {
+		return nil
+	}
+	return &ucs.Error{Op: "share: session data path", Err: ucs.ErrUnsupported,
+		Reason: "UCX " + v.String() + " cannot carry tcp between two processes over a loopback device (fixed in 1.21): serve on a non-loopback address"}
 }
 
 // mapInDataPath has the session's data-path process map g's region,

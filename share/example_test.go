@@ -36,7 +36,7 @@ func Example() {
 	if err := exp.Add("greeting", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
 		panic(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", hostAddr) // the host's address on the DPU's network
 	if err != nil {
 		panic(err)
 	}

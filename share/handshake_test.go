@@ -75,8 +75,11 @@ type gated struct {
 	net.Listener
 	gate             byte
 	blocked, release chan struct{}
-	once             sync.Once
+	once, opened     sync.Once
 }
+
+// open releases the held write (once; a cleanup opens it too).
+func (l *gated) open() { l.opened.Do(func() { close(l.release) }) }
 
 type gatedConn struct {
 	net.Conn
@@ -110,19 +113,50 @@ func gate(t *testing.T, frame byte) (*gated, *share.Exporter) {
 		assert.NoError(t, e.Close())
 		assert.NoError(t, <-done)
 	})
+	t.Cleanup(g.open) // first: a failed test leaves no write held
 	return g, e
 }
 
-func dialAsync(t *testing.T, addr string) <-chan *share.Importer {
-	out := make(chan *share.Importer, 1)
+// dialAsync dials in a goroutine; wait collects its importer.
+func dialAsync(t *testing.T, addr string) *dialing {
+	d := &dialing{done: make(chan struct{})}
 	go func() {
+		defer close(d.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		defer cancel()
-		imp, err := share.Dial(ctx, "tcp", addr, sealer(t))
-		assert.NoError(t, err)
-		out <- imp
+		d.imp, d.err = share.Dial(ctx, "tcp", addr, sealer(t))
 	}()
-	return out
+	return d
+}
+
+type dialing struct {
+	done chan struct{}
+	imp  *share.Importer
+	err  error
+}
+
+// atGate waits until the exporter holds its gated write, and fails the
+// test with the dial's error if the dial ended first.
+func (d *dialing) atGate(t *testing.T, g *gated) {
+	t.Helper()
+	select {
+	case <-g.blocked:
+	case <-d.done:
+		t.Fatalf("the dial ended before the exporter wrote frame %d: %v", g.gate, d.err)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the exporter never wrote frame %d", g.gate)
+	}
+}
+
+func (d *dialing) wait(t *testing.T) *share.Importer {
+	t.Helper()
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the dial did not return")
+	}
+	require.NoError(t, d.err)
+	return d.imp
 }
 
 // A region added while a session is in its handshake (between the proof
@@ -131,13 +165,12 @@ func TestAddDuringHandshakeGrantsOnce(t *testing.T) {
 	mem := memory(t, make([]byte, 4096))
 	g, e := gate(t, 10) // hold "accepted"
 	dialed := dialAsync(t, g.Addr().String())
-	<-g.blocked
+	dialed.atGate(t, g)
 	added := make(chan error, 1)
 	go func() { added <- e.Add("a", mem, ucp.ProtRemoteRead) }()
 	time.Sleep(100 * time.Millisecond)
-	close(g.release)
-	imp := <-dialed
-	require.NotNil(t, imp)
+	g.open()
+	imp := dialed.wait(t)
 	require.NoError(t, <-added)
 	require.Eventually(t, func() bool { return len(imp.Regions()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, int64(1), e.Stats().Grants, "one grant for one region and one session")
@@ -162,7 +195,7 @@ func TestRemoveDuringHandshake(t *testing.T) {
 		require.NoError(t, e.Add("r"+strconv.Itoa(i), mem, ucp.ProtRemoteRead))
 	}
 	dialed := dialAsync(t, g.Addr().String())
-	<-g.blocked
+	dialed.atGate(t, g)
 	removed := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
@@ -170,9 +203,8 @@ func TestRemoveDuringHandshake(t *testing.T) {
 		removed <- e.Remove(ctx, "r1")
 	}()
 	time.Sleep(100 * time.Millisecond)
-	close(g.release)
-	imp := <-dialed
-	require.NotNil(t, imp)
+	g.open()
+	imp := dialed.wait(t)
 	require.NoError(t, <-removed)
 	defer imp.Close()
 	if r, err := imp.Region("r1"); err == nil {

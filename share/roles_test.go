@@ -168,7 +168,7 @@ func parseMode(s string) share.Mode {
 // "CLOSED err=..." (nil).
 func runExporter() int {
 	fs := flag.NewFlagSet(roleExporter, flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "control address")
+	listen := fs.String("listen", hostAddr, "control address")
 	mode := fs.String("mode", "auto", "auto or rkey")
 	tls := fs.String("tls", "", "UCX_TLS of the exporter's context")
 	regions := fs.String("regions", "a:65536:1:rw", "id:size:seed:prot,...")

@@ -248,7 +248,11 @@ func (s *Session) handshake() error {
 		dp, err := s.startDataPath(dctx)
 		cancel()
 		if err != nil {
-			s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: "the exporter could not start the session's data path"})
+			why := "the exporter could not start the session's data path"
+			if errors.Is(err, ucs.ErrUnsupported) { // this side's UCX, not a fault: say why
+				why += ": " + err.Error()
+			}
+			s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: why})
 			return err
 		}
 		s.mu.Lock()

@@ -11,12 +11,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/share"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
 
 var secret = []byte("0123456789abcdef-test-secret")
+
+// hostAddr is where the tests' exporters listen: this machine's address on
+// its network (testproc.HostIP), as a host serves its DPU.
+var hostAddr = testproc.HostAddr()
 
 func sealer(t testing.TB) share.Sealer {
 	s, err := share.NewHMACSealer(secret)
@@ -38,7 +43,7 @@ func serve(t testing.TB, opts ...share.ExporterOption) (*share.Exporter, string)
 	t.Helper()
 	e, err := share.NewExporter(sealer(t), opts...)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(l) }()
@@ -158,7 +163,7 @@ func TestWrongSecretRefused(t *testing.T) {
 }
 
 func listen(t testing.TB) net.Listener {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
 	return l
 }
