@@ -259,6 +259,30 @@ func TestSendAMHeaderOverLimit(t *testing.T) {
 	assert.Equal(t, "small header", string(m.Header))
 }
 
+// TestSendAMHeaderInStructWithPointers: a header that is a field of a
+// struct holding Go pointers (a session's token beside its connection, the
+// way a newcomer keeps it) is sent: the cgo pointer rules forbid passing
+// such memory to C, and the send paniced there with the worker's lock held,
+// so the next progress hung.
+func TestSendAMHeaderInStructWithPointers(t *testing.T) {
+	p := newPair(t, viaListener(), runClient())
+	q, err := p.server.OpenAMQueue(3)
+	require.NoError(t, err)
+	defer q.Close()
+	runWorker(t, p.server)
+	session := &struct {
+		ep    *ucp.Endpoint
+		token [16]byte
+	}{ep: p.ep}
+	copy(session.token[:], "token in a struct")
+	req, err := session.ep.SendAM(3, session.token[:], nil, 0)
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(waitCtx(t)))
+	m, err := q.Receive(waitCtx(t))
+	require.NoError(t, err)
+	assert.Equal(t, session.token[:], m.Header)
+}
+
 // TestSendAMWithoutAMFeature: a context made without FeatureAM refuses
 // SendAM, SetAMHandler and OpenAMQueue with a reason instead of handing UCX
 // a call it was not set up for.

@@ -186,7 +186,12 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a %d-byte header is over the %d bytes this worker's UCX sends in one (send the rest as data)", len(header), ep.w.maxAMHeader)
 	}
 	ep.w.mu.Lock()
-	r := ep.c.AMSend(uint(id), header, p, uintptr(n), memh, uint(flags))
+	// The header goes to C from the worker's own buffer: the caller's may
+	// lie in a value that holds Go pointers (a field of a struct, say),
+	// which the cgo pointer rules forbid passing, and UCX copies it before
+	// ucp_am_send_nbx returns.
+	ep.w.amHeader = append(ep.w.amHeader[:0], header...)
+	r := ep.c.AMSend(uint(id), ep.w.amHeader, p, uintptr(n), memh, uint(flags))
 	ep.w.mu.Unlock()
 	return newRequest(ep.w, r, op, pin, mem), nil
 }

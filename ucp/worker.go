@@ -83,6 +83,7 @@ type Worker struct {
 	eps        map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	handlers   map[AMID]*amHandler
 	taken      []cgo.AMMessage // reused by progressLocked
+	amHeader   []byte          // a sent header's copy, reused under mu (UCX copies it on send)
 
 	// Active messages taken from the shim, in arrival order, for the one
 	// goroutine that runs handlers at a time (see dispatchPending).
