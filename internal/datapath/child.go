@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -114,6 +115,11 @@ func (c *child) start() error {
 	if c.l, err = c.w.Listen(listenAddr(c.cfg)); err != nil {
 		return err
 	}
+	// From here no other host reaches this process over tcp: not its
+	// listener, not UCX's own tcp interfaces (fence).
+	if _, err := fence(c.cfg.Peer); err != nil {
+		return err
+	}
 	go c.accept()
 	return c.send(message{Op: "ready", Port: c.l.Addr().Port()})
 }
@@ -137,9 +143,12 @@ func (c *child) accept() {
 		if err != nil {
 			continue
 		}
+		// The peer's token can arrive (onBind, in the worker's progress)
+		// before this goroutine files ep: then ep is the bound endpoint,
+		// not a late one.
 		c.mu.Lock()
-		late := c.bound != nil
-		if !late {
+		late := c.bound != nil && c.bound != ep
+		if c.bound == nil {
 			c.pending = append(c.pending, ep)
 		}
 		c.mu.Unlock()
@@ -171,6 +180,13 @@ func (c *child) onBind(m *ucp.AMMessage) {
 			if o != ep {
 				o.Close(context.Background(), ucp.CloseForce)
 			}
+		}
+		// Nobody connects any more, the peer's host included: its
+		// endpoint is wired up, and another process there gets no
+		// connection to this one.
+		if _, err := fence(netip.Addr{}); err != nil {
+			fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
+			os.Exit(3)
 		}
 		c.send(message{Op: "bound"})
 		<-ep.Failed()
