@@ -45,6 +45,8 @@ type hostile struct {
 	s      share.Sealer
 	grants map[string]rawGrant
 	keys   []*ucp.RemoteKey
+	port   uint16   // the data path's, from accepted
+	token  [16]byte // the session's, from the hello
 }
 
 // rawGrant is a grant's fields as docs/share-protocol.md lays them out.
@@ -63,6 +65,15 @@ type rawGrant struct {
 func dialHostile(t testing.TB, addr string) *hostile { return dialHostileWith(t, addr, sealer(t)) }
 
 func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
+	t.Helper()
+	h := proveHostile(t, addr, s)
+	h.bind(addr)
+	return h
+}
+
+// proveHostile follows the handshake up to the exporter's accepted frame:
+// the session's data path runs, its port is h.port, nothing is bound.
+func proveHostile(t testing.TB, addr string, s share.Sealer) *hostile {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -84,8 +95,16 @@ func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
 	require.NoError(t, err)
 	require.Equal(t, byte(10), typ, "accepted: %q", acc)
 	require.Len(t, acc, 2)
-	port := binary.LittleEndian.Uint16(acc)
+	h.port, h.token = binary.LittleEndian.Uint16(acc), token
+	return h
+}
 
+// bind connects UCX to the data path, sends the session's token, and
+// installs the grants up to ready.
+func (h *hostile) bind(addr string) {
+	t := h.t
+	t.Helper()
+	var err error
 	h.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
 	require.NoError(t, err)
 	h.w, err = h.uctx.NewWorker()
@@ -94,15 +113,15 @@ func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
 	h.stop = stop
 	go h.w.Run(run)
 	host, _, _ := net.SplitHostPort(addr)
-	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(port))))
+	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(h.port))))
 	require.NoError(t, err)
-	req, err := h.ep.SendAM(0x5e01, token[:], nil, ucp.AMReply)
+	req, err := h.ep.SendAM(0x5e01, h.token[:], nil, ucp.AMReply)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, req.Wait(ctx))
 	for {
-		typ, p, err := rawRead(c)
+		typ, p, err := rawRead(h.c)
 		require.NoError(t, err)
 		if typ == 5 { // ready
 			break
@@ -110,8 +129,7 @@ func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
 		require.Equal(t, byte(4), typ, "a %d frame in the handshake: %q", typ, p)
 		h.install(p)
 	}
-	c.SetDeadline(time.Time{})
-	return h
+	h.c.SetDeadline(time.Time{})
 }
 
 // install opens a sealed grant and unpacks its key on the endpoint.
@@ -338,6 +356,68 @@ func TestContainedLeaseEnforced(t *testing.T) {
 	copy(mem.Bytes(), "AFTER-EXPIRY")
 	got, err := h.get(g.addr, 12, g.rr.Key())
 	require.Error(t, err, "a get after the session ended returned %q", got)
+}
+
+// A host other than the importer's reaches nothing of a session's data
+// path over tcp: every port it listens on (its listener and UCX's own tcp
+// interfaces) drops that host's segments, so a connection never completes
+// and no byte of it (a frame header, a 17-byte wire-up) reaches UCX. Once
+// the importer has bound, no one connects any more, from its host either,
+// and its session goes on. The other host is played from this machine's
+// 127.0.0.1, the importer's host is its network address.
+func TestContainedDataPathAdmitsOnlyThePeer(t *testing.T) {
+	host := testproc.HostIP()
+	if host == "127.0.0.1" {
+		t.Skip("needs a non-loopback address to tell the importer's host from another; this machine has only 127.0.0.1")
+	}
+	want := pattern(4096, 5)
+	mem := newMemory(t, want)
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	h := proveHostile(t, addr, sealer(t))
+	dp := dataPathListeningOn(t, h.port)
+	ports := listeningPorts(t, dp)
+	require.GreaterOrEqual(t, len(ports), 2, "the data path's listener and UCX's tcp interface: %v", ports)
+	for _, p := range ports {
+		assert.False(t, connects("127.0.0.1", net.JoinHostPort(host, p)), "port %s: another host connected", p)
+		assert.True(t, connects(host, net.JoinHostPort(host, p)), "port %s: the importer's host, before its bind (the control)", p)
+	}
+	h.bind(addr)
+	g := h.grants["a"]
+	got, err := h.get(g.addr, len(want), g.rr.Key())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	for _, p := range listeningPorts(t, dp) {
+		assert.False(t, connects(host, net.JoinHostPort(host, p)), "port %s: connected after the bind", p)
+	}
+	got, err = h.get(g.addr, len(want), g.rr.Key())
+	require.NoError(t, err, "the bound importer goes on")
+	require.Equal(t, want, got)
+}
+
+// connects says whether a TCP connection from address from to addr
+// completes within half a second.
+func connects(from, addr string) bool {
+	d := net.Dialer{Timeout: 500 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// dataPathListeningOn is the pid of this process's child that listens on
+// port (a session's data path).
+func dataPathListeningOn(t *testing.T, port uint16) int {
+	t.Helper()
+	for _, kid := range childrenOf(t, os.Getpid()) {
+		if slices.Contains(listeningPorts(t, kid), strconv.Itoa(int(port))) {
+			return kid
+		}
+	}
+	t.Fatalf("no child process listens on port %d", port)
+	return 0
 }
 
 // A peer without the secret, and a peer with it, scan every TCP port the

@@ -1,0 +1,117 @@
+package datapath
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/ucxgo/ucx/internal/testproc"
+)
+
+// listenTCP listens as UCX does, on a TCP socket: Go's net.Listen makes
+// an MPTCP socket where the kernel has MPTCP, and MPTCP takes no filter.
+func listenTCP(addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+// dialFrom connects to addr from local address from (port 0).
+func dialFrom(from, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 500 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	return d.Dial("tcp", addr)
+}
+
+// accepts says whether a connection from from to l completes and carries
+// a byte to l's side.
+func accepts(t *testing.T, l net.Listener, from string) bool {
+	t.Helper()
+	c, err := dialFrom(from, l.Addr().String())
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	got := make(chan bool, 1)
+	go func() {
+		s, err := l.Accept()
+		if err != nil {
+			got <- false
+			return
+		}
+		defer s.Close()
+		s.SetReadDeadline(time.Now().Add(time.Second))
+		b := make([]byte, 1)
+		_, err = s.Read(b)
+		got <- err == nil && b[0] == 'x'
+	}()
+	c.Write([]byte("x"))
+	select {
+	case ok := <-got:
+		return ok
+	case <-time.After(2 * time.Second):
+		l.(*net.TCPListener).SetDeadline(time.Now()) // unblock Accept
+		<-got
+		l.(*net.TCPListener).SetDeadline(time.Time{})
+		return false
+	}
+}
+
+// The fence keeps the peer's segments and drops everyone else's, on a real
+// listening socket: a connection from another source address of this
+// machine never completes; after the fence closes (zero peer), no one
+// connects, and a connection accepted before still carries bytes.
+func TestFenceAdmitsOnlyThePeer(t *testing.T) {
+	host := testproc.HostIP()
+	if host == "127.0.0.1" {
+		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
+	}
+	l, err := listenTCP(net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	defer l.Close()
+	require.True(t, accepts(t, l, host), "before the fence")
+	require.True(t, accepts(t, l, "127.0.0.1"), "before the fence, from another source (the control)")
+
+	n, err := fence(netip.MustParseAddr(host))
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, 1)
+	assert.True(t, accepts(t, l, host), "the peer")
+	assert.False(t, accepts(t, l, "127.0.0.1"), "another source")
+
+	kept, err := dialFrom(host, l.Addr().String())
+	require.NoError(t, err)
+	defer kept.Close()
+	s, err := l.Accept()
+	require.NoError(t, err)
+	defer s.Close()
+
+	_, err = fence(netip.Addr{})
+	require.NoError(t, err)
+	assert.False(t, accepts(t, l, host), "the peer, once closed")
+	_, err = kept.Write([]byte("y"))
+	require.NoError(t, err)
+	s.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b := make([]byte, 1)
+	_, err = s.Read(b)
+	require.NoError(t, err, "a connection accepted before the close carries bytes")
+	assert.Equal(t, byte('y'), b[0])
+}
+
+// The same over IPv6 loopback: the peer ::1 connects; after the close it
+// does not.
+func TestFenceIPv6(t *testing.T) {
+	l, err := listenTCP("[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer l.Close()
+	_, err = fence(netip.MustParseAddr("::1"))
+	require.NoError(t, err)
+	assert.True(t, accepts(t, l, "::1"))
+	_, err = fence(netip.MustParseAddr("::2"))
+	require.NoError(t, err)
+	assert.False(t, accepts(t, l, "::1"), "a peer other than ::1 named")
+}
