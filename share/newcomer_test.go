@@ -960,3 +960,48 @@ func TestNewcomerSessionRevokeOne(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Len(t, exp.Sessions(), 1)
 }
+
+// A newcomer closes the Memory first, as a defer written first would: it
+// is refused while shared (ucs.ErrBusy, saying what to do), and the
+// importer goes on reading it; after Remove the Close succeeds, and a
+// Memory closed cannot be added. With the exporter closed instead of the
+// region removed, the Close succeeds too.
+func TestNewcomerMemoryCloseWhileShared(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	want := pattern(8192, 9)
+	m, err := share.NewMemory(len(want))
+	require.NoError(t, err)
+	copy(m.Bytes(), want)
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"m": m})
+	defer svc.l.Close()
+	defer svc.exp.Close()
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	defer c.imp.Close()
+
+	err = m.Close()
+	isShareError(t, err, ucs.ErrBusy)
+	assert.Contains(t, err.Error(), "Remove them, or Close the exporter, first")
+	got := make([]byte, len(want))
+	_, err = c.regions["m"].ReadAt(got, 0)
+	require.NoError(t, err, "the refused Close took nothing away")
+	assert.Equal(t, want, got)
+	assert.Equal(t, len(want), m.Len())
+
+	require.NoError(t, svc.exp.Remove(ctx, "m"))
+	require.NoError(t, m.Close())
+	assert.Nil(t, m.Bytes())
+	assert.Equal(t, 0, m.Len())
+	require.NoError(t, m.Close(), "closing twice")
+	err = svc.exp.Add("again", m, ucp.ProtRemoteRead)
+	require.Error(t, err, "a closed Memory is not shared")
+
+	m2, err := share.NewMemory(4096)
+	require.NoError(t, err)
+	exp2, err := share.NewExporter(s)
+	require.NoError(t, err)
+	require.NoError(t, exp2.Add("m2", m2, ucp.ProtRemoteRead))
+	isShareError(t, m2.Close(), ucs.ErrBusy)
+	require.NoError(t, exp2.Close())
+	require.NoError(t, m2.Close(), "after the exporter's Close")
+}

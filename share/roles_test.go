@@ -535,7 +535,7 @@ func runPeer() int {
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); w.Run(run) }()
 	defer func() { stopRun(); <-runDone }()
-	l, err := w.Listen("127.0.0.1:0")
+	l, err := w.Listen(hostAddr)
 	if err != nil {
 		return fail(err)
 	}

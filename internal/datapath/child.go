@@ -120,6 +120,7 @@ func (c *child) start() error {
 	if _, err := fence(c.cfg.Peer); err != nil {
 		return err
 	}
+	cutOthers(c.cfg.Peer)
 	go c.accept()
 	return c.send(message{Op: "ready", Port: c.l.Addr().Port()})
 }

@@ -49,6 +49,46 @@ func fence(peer netip.Addr) (int, error) {
 	return n, nil
 }
 
+// cutOthers shuts down every connected tcp socket of this process whose
+// peer is not peer's host: a connection that reached one of UCX's tcp
+// interfaces between the worker's creation and fence. UCX sees the
+// connection end and drops what it made of it. It returns how many it cut.
+func cutOthers(peer netip.Addr) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		if proto, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_PROTOCOL); err != nil || proto != syscall.IPPROTO_TCP {
+			continue
+		}
+		sa, err := syscall.Getpeername(fd)
+		if err != nil {
+			continue // not connected (a listener, say)
+		}
+		var from netip.Addr
+		switch a := sa.(type) {
+		case *syscall.SockaddrInet4:
+			from = netip.AddrFrom4(a.Addr)
+		case *syscall.SockaddrInet6:
+			from = netip.AddrFrom16(a.Addr)
+		}
+		if from.Unmap() != peer.Unmap() {
+			syscall.Shutdown(fd, syscall.SHUT_RDWR)
+			n++
+		}
+	}
+	return n
+}
+
 func listeningTCP(fd int) bool {
 	acc, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN)
 	if err != nil || acc != 1 {

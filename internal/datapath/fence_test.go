@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -114,4 +115,40 @@ func TestFenceIPv6(t *testing.T) {
 	_, err = fence(netip.MustParseAddr("::2"))
 	require.NoError(t, err)
 	assert.False(t, accepts(t, l, "::1"), "a peer other than ::1 named")
+}
+
+// A connection from another host that arrived before the fence is cut:
+// its other end reads the end of the stream; the peer's stays.
+func TestCutOthers(t *testing.T) {
+	host := testproc.HostIP()
+	if host == "127.0.0.1" {
+		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
+	}
+	l, err := listenTCP(net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	defer l.Close()
+	other, err := dialFrom("127.0.0.1", l.Addr().String())
+	require.NoError(t, err)
+	defer other.Close()
+	a, err := l.Accept()
+	require.NoError(t, err)
+	defer a.Close()
+	peer, err := dialFrom(host, l.Addr().String())
+	require.NoError(t, err)
+	defer peer.Close()
+	b, err := l.Accept()
+	require.NoError(t, err)
+	defer b.Close()
+
+	assert.GreaterOrEqual(t, cutOthers(netip.MustParseAddr(host)), 1)
+	other.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = other.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the other host's connection is cut")
+	_, err = peer.Write([]byte("z"))
+	require.NoError(t, err)
+	b.SetReadDeadline(time.Now().Add(2 * time.Second))
+	got := make([]byte, 1)
+	_, err = b.Read(got)
+	require.NoError(t, err, "the peer's connection stays")
+	assert.Equal(t, byte('z'), got[0])
 }
