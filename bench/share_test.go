@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 
 // sharePeer is the client's view of the peer.
 type sharePeer struct {
+	pid        int // the peer process's (the exporter's)
 	ctrl, data string
 	packed     []byte
 	buf        []byte // the client's 64 MiB, read into and written from
@@ -170,7 +172,7 @@ func startSharePeer(b *testing.B) *sharePeer {
 	for i := range buf {
 		buf[i] = byte(i * 3)
 	}
-	return &sharePeer{ctrl: f[0], data: f[1], packed: packed, buf: buf}
+	return &sharePeer{pid: peer.Pid(), ctrl: f[0], data: f[1], packed: packed, buf: buf}
 }
 
 // importer opens a session with the peer's exporter.
@@ -347,3 +349,81 @@ func shareSweep() [][2]int {
 
 func BenchmarkShareSweepRead64M(b *testing.B)  { benchShare(b, false, shareSweep()) }
 func BenchmarkShareSweepWrite64M(b *testing.B) { benchShare(b, true, shareSweep()) }
+
+// BenchmarkShareSession is a session's life as an importer sees it, over
+// tcp: Dial (the handshake; in rkey mode the start of the session's data
+// path, the UCX wire-up and the grants), the first 8-byte ReadAt, Close.
+// It also reports what one open session costs the exporter's host: the
+// resident memory and descriptors of its data-path process.
+func BenchmarkShareSession(b *testing.B) {
+	p := startSharePeer(b)
+	sealer, err := share.NewHMACSealer(shareSecret)
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func() (*share.Importer, *share.Region) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		imp, err := share.Dial(ctx, "tcp", p.ctrl, sealer, share.WithRequireMode(share.ModeRkey),
+			share.WithImporterUCXConfig("TLS", tlsTCP))
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := imp.Region(shareRegion)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return imp, r
+	}
+	buf := make([]byte, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		imp, r := open()
+		if _, err := r.ReadAt(buf, 0); err != nil {
+			b.Fatal(err)
+		}
+		imp.Close()
+	}
+	b.StopTimer()
+	imp, _ := open()
+	defer imp.Close()
+	var rssKiB, fds, kids float64
+	for _, kid := range childPids(p.pid) {
+		kids++
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", kid))
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				var n float64
+				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &n)
+				rssKiB += n
+			}
+		}
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", kid))
+		fds += float64(len(ents))
+	}
+	b.ReportMetric(kids, "procs/session")
+	b.ReportMetric(rssKiB, "rss-KiB/session")
+	b.ReportMetric(fds, "fds/session")
+}
+
+// childPids is the processes whose parent is pid.
+func childPids(pid int) []int {
+	var kids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+		if err != nil {
+			continue
+		}
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 {
+			if f := strings.Fields(string(st[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				kids = append(kids, id)
+			}
+		}
+	}
+	return kids
+}

@@ -17,11 +17,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -393,6 +395,41 @@ func TestContainedDataPathAdmitsOnlyThePeer(t *testing.T) {
 	got, err = h.get(g.addr, len(want), g.rr.Key())
 	require.NoError(t, err, "the bound importer goes on")
 	require.Equal(t, want, got)
+}
+
+// A service whose process holds sockets of its own made without
+// close-on-exec (as UCX makes its sockets, for a worker of the service's
+// beside the exporter) gives none of them to a session's data path: the
+// data path holds no descriptor of the service's, and the service's
+// listener still accepts once a session is bound (the data path's filter
+// never reached it).
+func TestContainedDataPathInheritsNoDescriptor(t *testing.T) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0) // no SOCK_CLOEXEC
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	ip := netip.MustParseAddr(testproc.HostIP()).As4()
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ip}))
+	require.NoError(t, syscall.Listen(fd, 8))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	own := net.JoinHostPort(testproc.HostIP(), strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	require.NoError(t, err)
+
+	mem := newMemory(t, pattern(4096, 6))
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	h := dialHostile(t, addr)
+	dp := dataPathListeningOn(t, h.port)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", dp))
+	require.NoError(t, err)
+	for _, ent := range ents {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", dp, ent.Name()))
+		if err == nil {
+			assert.NotEqual(t, link, l, "the data path holds the service's socket as fd %s", ent.Name())
+		}
+	}
+	assert.True(t, connects(testproc.HostIP(), own), "the service's own listener accepts after the bind")
 }
 
 // connects says whether a TCP connection from address from to addr

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -51,6 +52,12 @@ func serve() int {
 		fmt.Fprintf(os.Stderr, "ucxshare-datapath: started by a parent of protocol %q, this binary speaks %q\n", os.Getenv(envRole), protoVersion)
 		return 2
 	}
+	// Nothing of the parent's but the connection to it: a descriptor that
+	// survived the exec (made without close-on-exec, as UCX makes its
+	// sockets) is closed before anything else runs here, so that neither
+	// this process nor a peer that takes it over holds another session's
+	// or the service's sockets, and fence never touches them.
+	closeInherited()
 	// No privilege this process gains by exec, whatever the peer makes it
 	// run (PR_SET_NO_NEW_PRIVS).
 	syscall.RawSyscall6(syscall.SYS_PRCTL, 38, 1, 0, 0, 0, 0)
@@ -313,4 +320,24 @@ func (c *child) recv(buf, oob []byte) (message, []int, error) {
 
 func listenAddr(cfg Config) string {
 	return net.JoinHostPort(cfg.Listen.Unmap().String(), "0")
+}
+
+// closeInherited closes every descriptor above 3 (the parent's
+// connection) that lacks close-on-exec: those came through the exec. The
+// Go runtime's own descriptors are all close-on-exec.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		flags, _, errno := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if errno == 0 && flags&syscall.FD_CLOEXEC == 0 {
+			syscall.Close(fd)
+		}
+	}
 }
