@@ -195,6 +195,9 @@ pair_iters=$(( iters / 10 > 10 ? iters / 10 : 10 ))
 # share row (Region.ReadAt/WriteAt) and the raw row (ucp gets or puts on a
 # RemoteRegion) from the Go benchmark, the C row from the twin.
 share_rows='ShareRead64M ShareWrite64M'
+# Both sides over the machine's network address, as the Go rows' exporter
+# (testproc.HostIP): share's data path binds UCX to that device.
+share_addr=$(. ci/lib.sh && host_ip)
 share_iters=$(( iters / 1000 > 2 ? iters / 1000 : 2 ))
 # The twin moves what share does: share.DefaultChunk bytes per operation,
 # share.DefaultDepth in flight, read from package share itself.
@@ -297,7 +300,7 @@ for p in $(seq "$pairs"); do
 		if [ "$side" = go ]; then
 			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} gobench "$share_iters" $share_rows >"$work/sgo.$p"
 		else
-			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} BENCH_SHARE_CHUNK=$share_chunk BENCH_SHARE_DEPTH=$share_depth \
+			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} BENCH_SHARE_CHUNK=$share_chunk BENCH_SHARE_DEPTH=$share_depth BENCH_SHARE_ADDR=$share_addr \
 				twin "$share_iters" $share_rows >"$work/sc.$p"
 		fi
 	done

@@ -1,7 +1,8 @@
 package bench
 
 // Package share's data path against raw UCX: Region.ReadAt and
-// Region.WriteAt of 64 MiB in rkey mode over tcp on loopback, beside the
+// Region.WriteAt of 64 MiB in rkey mode over tcp (on the machine's network
+// address, testproc.HostIP), beside the
 // same transfer made with ucp calls (gets or puts of one chunk each on a
 // RemoteRegion, depth of them in flight, waited for in order; puts then
 // flushed, as WriteAt does). The exporter and the raw target live in a

@@ -758,7 +758,7 @@ static void bench_get8_tcp(void)          { bench_remote(tls_tcp, get8); }
 /* ---- Pipelined 64 MiB over tcp on loopback: the C side of share_test.go's
  * rows (ShareRead64M, ShareWrite64M), made as its raw rows make them. The
  * peer (twin --region-peer TLS, pinned by BENCH_PEER_CPU) registers 64 MiB
- * of its own memory, listens on 127.0.0.1 (a ucp listener, endpoints
+ * of its own memory, listens on BENCH_SHARE_ADDR (a ucp listener, endpoints
  * accepted with peer error handling), prints "PORT RKEY RADDR" (decimal,
  * hex, decimal) and progresses as the other peer does until its stdin
  * closes. The client connects to the listener (client-server, peer error
@@ -771,6 +771,22 @@ static void bench_get8_tcp(void)          { bench_remote(tls_tcp, get8); }
  * run.sh reads chunk and depth from package share (DefaultChunk,
  * DefaultDepth); the defaults here are theirs today, 512 KiB and 4. */
 #define REGION_SIZE (64 << 20)
+
+/* The IPv4 address the region peer listens on and the client connects to:
+ * BENCH_SHARE_ADDR (run.sh sets the machine's network address, where the
+ * Go rows' exporter listens), else 127.0.0.1. */
+static struct in_addr region_addr(void)
+{
+    struct in_addr a;
+    const char *v = getenv("BENCH_SHARE_ADDR");
+    if (v == NULL || *v == '\0') {
+        a.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (inet_pton(AF_INET, v, &a) != 1) {
+        fprintf(stderr, "twin: BENCH_SHARE_ADDR=%s is not an IPv4 address\n", v);
+        exit(1);
+    }
+    return a;
+}
 #define REGION_MAX_DEPTH 64 /* share's ring */
 #define REGION_MAX_EPS 16
 
@@ -850,7 +866,7 @@ static void region_peer_main(const char *tls)
 
     memset(&sa, 0, sizeof(sa));
     sa.sin_family      = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_addr        = region_addr();
     memset(&lp, 0, sizeof(lp));
     lp.field_mask       = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     lp.sockaddr.addr    = (const struct sockaddr *)&sa;
@@ -973,7 +989,7 @@ static void bench_region(const char *tls, int write)
     g.w  = new_worker();
     memset(&sa, 0, sizeof(sa));
     sa.sin_family      = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_addr        = region_addr();
     sa.sin_port        = htons(port);
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
