@@ -342,6 +342,52 @@ func TestContainedRemoveEnforced(t *testing.T) {
 	}
 }
 
+// An importer that takes a rotation's new grant, acknowledges the old
+// one's revocation and goes on with the old address reaches nothing of it
+// once Rotate returned: the data path unmapped the old generation, so a
+// get there faults and ends the session, and bytes the exporter wrote after
+// Rotate leave only through the new grant.
+func TestContainedRotateEnforced(t *testing.T) {
+	for round := range testproc.Rounds(2) {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
+			e, addr := serve(t, share.WithMode(share.ModeRkey))
+			require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			h := dialHostile(t, addr)
+			old := h.grants["r"]
+
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				done <- e.Rotate(ctx, "r", 100*time.Millisecond)
+			}()
+			typ, p, err := h.next(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, byte(4), typ, "expected the new grant: %q", p)
+			fresh := h.install(p)
+			require.NotEqual(t, old.gen, fresh.gen)
+			typ, p, err = h.next(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, byte(6), typ, "expected the old generation's revoke: %q", p)
+			h.ack(p) // and carries on with the old address
+			require.NoError(t, <-done)
+
+			marker := bytes.Repeat([]byte("AFTER-ROTATE "), 100)
+			copy(mem.Bytes(), marker)
+			got, err := h.get(fresh.addr, len(marker), fresh.rr.Key())
+			require.NoError(t, err, "the new grant reads")
+			require.Equal(t, marker, got)
+			got, err = h.get(old.addr, len(marker), old.rr.Key())
+			t.Logf("a get at the old generation after Rotate: %v", err)
+			if err == nil {
+				require.False(t, bytes.Contains(got, []byte("AFTER-ROTATE")), "read through the old generation after Rotate")
+			}
+			sessionEnds(t, e)
+		})
+	}
+}
+
 // An importer that never acknowledges the expiry of its lease keeps
 // nothing: the exporter ends its session at the ack timeout and its data
 // path with it.

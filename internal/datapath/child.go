@@ -299,14 +299,7 @@ func (c *child) recv(buf, oob []byte) (message, []int, error) {
 	}
 	var fds []int
 	if oobn > 0 {
-		msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
-		if err == nil {
-			for _, cm := range msgs {
-				if f, err := syscall.ParseUnixRights(&cm); err == nil {
-					fds = append(fds, f...)
-				}
-			}
-		}
+		fds = rights(oob[:oobn])
 	}
 	var m message
 	if err := json.Unmarshal(buf[:n], &m); err != nil {

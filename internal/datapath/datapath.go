@@ -359,17 +359,24 @@ func (p *Proc) dispatch(b []byte) error {
 
 // closeRights closes the descriptors a control message carries.
 func closeRights(oob []byte) {
+	for _, fd := range rights(oob) {
+		syscall.Close(fd)
+	}
+}
+
+// rights is the descriptors a control message carries (SCM_RIGHTS).
+func rights(oob []byte) []int {
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
-		return
+		return nil
 	}
+	var fds []int
 	for _, m := range msgs {
-		if fds, err := syscall.ParseUnixRights(&m); err == nil {
-			for _, fd := range fds {
-				syscall.Close(fd)
-			}
+		if f, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
 		}
 	}
+	return fds
 }
 
 // tail keeps the last bytes written to it (the process's stderr).
