@@ -45,8 +45,9 @@ for _ in $(seq 600); do
 	sleep 0.1
 done
 # Where the parts run, while the session is open: the exporter's process
-# listens on its control port only; each session's data path is a
-# process of its own (docs/security.md).
+# listens on its control port only, the importer's on nothing; each side
+# of the session has its data path in a process of its own
+# (docs/security.md).
 ports() { # the TCP ports process $1 listens on
 	local ino
 	ino=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
@@ -68,11 +69,19 @@ for k in $(kids "$exporter_pid"); do
 	ndp=$((ndp + 1))
 	echo "  data path: pid $k, child of the exporter ($(tr '\0' ' ' <"/proc/$k/cmdline")), TCP ports: $(ports "$k")(its UCX worker, for this session's importer)"
 done
-echo "importer: pid $importer_pid, TCP ports it listens on: $(ports "$importer_pid")"
+imp_ports=$(ports "$importer_pid")
+echo "importer: pid $importer_pid, TCP ports it listens on: ${imp_ports:-none} (no UCX worker in this process)"
+nip=0
+for k in $(kids "$importer_pid"); do
+	nip=$((nip + 1))
+	echo "  data path: pid $k, child of the importer, TCP ports: $(ports "$k")(its UCX worker, connected to the exporter's data path only)"
+done
 [ "$(wc -w <<<"$exp_ports")" = 1 ] && [ "${exp_ports% }" = "$(sed 's/.*://' "$work/addr")" ] ||
 	fail "the exporter's process listens on more than its control port: $exp_ports"
 if grep -q 'mode rkey' "$work/exporter.log"; then
 	[ "$ndp" -ge 1 ] || fail "no data-path process runs for the session"
+	[ "$nip" -ge 1 ] || fail "no data-path process runs for the importer"
+	[ -z "$imp_ports" ] || fail "the importer's process listens on TCP ports: $imp_ports"
 fi
 kill -TERM "$exporter_pid" 2>/dev/null || true
 irc=0; wait "$importer_pid" || irc=$?

@@ -478,6 +478,112 @@ func TestContainedDataPathInheritsNoDescriptor(t *testing.T) {
 	assert.True(t, connects(testproc.HostIP(), own), "the service's own listener accepts after the bind")
 }
 
+// An importer in rkey mode runs no UCX in its process: while it streams
+// reads, the process holds one TCP socket, its control connection, so no
+// UCX peer (the exporter's data path included) has a connection to it; its
+// session's data path is its one child, which no one connects to once
+// bound, and whose memory (read through /proc as its user could) holds
+// the bytes moved, never the sealing secret, which the importer's own
+// memory holds (the control of the scan).
+func TestContainedImporterProcess(t *testing.T) {
+	raw := make([]byte, 16)
+	rand.Read(raw)
+	key := []byte(hex.EncodeToString(raw)) // made now: in no binary's image
+	s, err := share.NewHMACSealer(key)
+	require.NoError(t, err)
+	e, err := share.NewExporter(s, share.WithMode(share.ModeRkey))
+	require.NoError(t, err)
+	require.NoError(t, e.Add("r", newMemory(t, pattern(64<<10, 1)), ucp.ProtRemoteRead))
+	l, err := net.Listen("tcp", hostAddr)
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(l) }()
+	t.Cleanup(func() {
+		assert.NoError(t, e.Close())
+		<-served
+	})
+	p := startImporter(t, nil, "-connect", l.Addr().String(), "-secret", string(key), "-read", "r:1", "-chunk", "16384")
+	p.WaitLine(t, "STREAMING", bound)
+	pid := p.Pid()
+
+	socks := tcpSockets(t, pid)
+	require.Len(t, socks, 1, "the importer's process holds TCP sockets beside its control connection: %v", socks)
+	kids := childrenOf(t, pid)
+	require.Len(t, kids, 1, "one data-path process per session")
+	dp := kids[0]
+	ports := listeningPorts(t, dp)
+	require.NotEmpty(t, ports, "the data path's UCX listens (its tcp interface)")
+	for _, port := range ports {
+		assert.False(t, connects(testproc.HostIP(), net.JoinHostPort(testproc.HostIP(), port)), "port %s of the importer's data path accepted a connection after its bind", port)
+	}
+	assert.True(t, memoryHolds(t, pid, key), "the scan does not find the secret in the importer's own memory (its control)")
+	assert.False(t, memoryHolds(t, dp, key), "the importer's data path holds the sealing secret")
+	assert.NotContains(t, p.Output(), "WRONG")
+}
+
+// tcpSockets is the TCP sockets (any state) process pid holds, as
+// "local remote state" lines.
+func tcpSockets(t *testing.T, pid int) []string {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	require.NoError(t, err)
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) >= 10 && inodes[fs[9]] {
+				out = append(out, fs[1]+" "+fs[2]+" "+fs[3])
+			}
+		}
+	}
+	return out
+}
+
+// memoryHolds says whether any readable mapping of process pid (up to
+// 1 GiB each: the race detector's shadow and reserved address space are
+// left out) holds needle, read through /proc/PID/mem.
+func memoryHolds(t *testing.T, pid int, needle []byte) bool {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	require.NoError(t, err)
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	require.NoError(t, err)
+	defer mem.Close()
+	buf := make([]byte, 1<<20+len(needle))
+	for _, line := range strings.Split(string(maps), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 2 || fs[1][0] != 'r' {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fs[0], "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || end-start > 1<<30 {
+			continue
+		}
+		for a := start; a < end; a += 1 << 20 {
+			n := min(uint64(len(buf)), end-a)
+			got, _ := mem.ReadAt(buf[:n], int64(a))
+			if bytes.Contains(buf[:got], needle) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // connects says whether a TCP connection from address from to addr
 // completes within half a second.
 func connects(from, addr string) bool {

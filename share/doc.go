@@ -74,14 +74,19 @@
 //   - The data path accepts connections from the importer's host only,
 //     keeps the endpoint that presents the session's token, and is bound
 //     to the network device of the control connection (DevicesFacing).
-//     Its UCX tcp interfaces still accept any peer, as every UCX worker's
-//     do: such a peer reaches at most what that session was granted.
+//     Over tcp its sockets take segments from the importer's host only,
+//     and from no one once the importer is bound. Over RDMA its UCX
+//     accepts any peer, as every UCX worker's does: such a peer reaches
+//     at most what that session was granted.
 //   - In export mode the importer's hardware key is invalidated when the
 //     exporter deregisters the generation (UCX's registration cache is
 //     off, so each grant is a registration of its own).
 //
-// The importer's side is not contained yet: its UCX worker runs in the
-// importer's process.
+// The importer's side, in rkey mode, is the same: its session's UCX runs
+// in a data-path process of its own, which connects to the exporter's,
+// moves bytes between the exporter's memory and a staging file it shares
+// with the importer, and holds no secret; no UCX runs in the importer's
+// process unless Importer.Worker is asked for (offload).
 //
 // One UCX issue is not prevented: in rkey mode over tcp, an importer that
 // dies (or loses its link) while its reads are in flight can make UCX
@@ -91,9 +96,12 @@
 // # Offload
 //
 // Region.CopyTo, CopyFrom, SendAM and ReceiveAM move a region's bytes to
-// or from a third peer reached through an endpoint of Importer.Worker: in
-// export mode straight from the imported mapping, in rkey mode through a
-// bounded staging buffer, as UCX's DPU daemon for ucx_perftest does.
+// or from a third peer reached through an endpoint of Importer.Worker (a
+// worker in the importer's process, made on first use in rkey mode and
+// connected to no one but the peers the caller connects it to): in export
+// mode straight from the imported mapping, in rkey mode through the
+// staging area shared with the data path (WithStaging bytes), one
+// offload call at a time per session.
 //
 // # Counters
 //

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ucxgo/ucx/internal/datapath"
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
@@ -81,8 +82,10 @@ func WithImporterExpvarName(name string) ImporterOption {
 
 // Importer is one session with an exporter: the regions it granted, read
 // and written in place through ReadAt and WriteAt, and moved to or from
-// third peers by the offload calls. It owns a UCX context and worker
-// (Worker, for endpoints to third peers). Close drops every key and
+// third peers by the offload calls. In rkey mode the session's UCX runs in
+// a data-path process of its own, which alone connects to the exporter:
+// no UCX worker runs in this process unless Worker or Context is asked for
+// (for the offload calls' third peers). Close drops every key and
 // acknowledges; an importer that dies or loses its connection is cut off
 // by the exporter.
 type Importer struct {
@@ -90,10 +93,21 @@ type Importer struct {
 	sealer Sealer
 	o      importerOptions
 	hello  *exporterHello
-	ctx    *ucp.Context
-	w      *ucp.Worker
-	ep     *ucp.Endpoint // rkey mode
 
+	// rkey mode: the session's data path and the staging file shared with
+	// it: call slots for ReadAt and WriteAt, then the offload area.
+	dp       *datapath.Proc
+	stage    *datapath.Memfd
+	calls    chan int // free call slots
+	offBase  int      // the offload area's offset in stage
+	offMu    sync.Mutex
+	stageMem *ucp.Mem // stage registered in ctx, for the offload calls
+
+	// This process's UCX: export mode's, or made for Worker and Context.
+	ucxMu   sync.Mutex
+	ucxErr  error
+	ctx     *ucp.Context
+	w       *ucp.Worker
 	runStop context.CancelFunc
 	runDone chan struct{}
 
@@ -250,28 +264,11 @@ func (imp *Importer) handshake(ctx context.Context) error {
 	default:
 		return protoErr(op, "expected the exporter to accept the proof, got a %s", t)
 	}
-	features := ucp.FeatureRMA | ucp.FeatureAM
-	var copts []ucp.ContextOption
 	if h.Mode == ModeExport {
-		features |= ucp.FeatureExportedMemh
-		for _, kv := range ExportModeConfig {
-			copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
+		if _, err := imp.ucx(); err != nil {
+			return err
 		}
-	}
-	for _, kv := range imp.o.config {
-		copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
-	}
-	copts = append(copts, ucp.WithFeatures(features), ucp.WithName("ucxshare-importer"))
-	if imp.ctx, err = ucp.NewContext(copts...); err != nil {
-		return err
-	}
-	if imp.w, err = imp.ctx.NewWorker(); err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	imp.runStop, imp.runDone = stop, make(chan struct{})
-	go func() { defer close(imp.runDone); imp.w.Run(runCtx) }()
-	if h.Mode == ModeRkey {
+	} else {
 		host, _, err := net.SplitHostPort(imp.conn.RemoteAddr().String())
 		if err != nil {
 			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote address is not host:port", Wrapped: err}
@@ -280,14 +277,7 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		if err != nil {
 			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote host is not an IP address", Wrapped: err}
 		}
-		if imp.ep, err = imp.w.Connect(netip.AddrPortFrom(ap.Unmap(), dataPort).String()); err != nil {
-			return imp.bothReleases(err)
-		}
-		req, err := imp.ep.SendAM(amBind, h.Session[:], nil, ucp.AMReply)
-		if err != nil {
-			return imp.bothReleases(err)
-		}
-		if err := req.Wait(ctx); err != nil {
+		if err := imp.startDataPath(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort)); err != nil {
 			return imp.bothReleases(err)
 		}
 	}
@@ -531,13 +521,144 @@ func (imp *Importer) Mode() Mode { return imp.hello.Mode }
 // ExporterUCX is the exporter's UCX release.
 func (imp *Importer) ExporterUCX() ucs.Version { return imp.hello.UCX }
 
-// Worker is the importer's UCX worker, for endpoints to third peers that
-// the offload calls use. The Importer progresses and closes it.
-func (imp *Importer) Worker() *ucp.Worker { return imp.w }
+// Worker is the importer's UCX worker in this process, for endpoints to
+// third peers that the offload calls use; the Importer progresses and
+// closes it. In rkey mode it is made on the first call, and is connected
+// to no one but the peers the caller connects it to (the exporter is
+// reached through the session's data path): like any UCX worker, it is
+// reachable by whoever reaches its interfaces (docs/security.md).
+func (imp *Importer) Worker() (*ucp.Worker, error) {
+	if _, err := imp.ucx(); err != nil {
+		return nil, err
+	}
+	return imp.w, nil
+}
 
-// Context is the importer's UCX context, for memory the offload calls and
-// the third peers use. The Importer closes it.
-func (imp *Importer) Context() *ucp.Context { return imp.ctx }
+// Context is the importer's UCX context in this process, for memory the
+// offload calls and the third peers use (made with Worker); the Importer
+// closes it.
+func (imp *Importer) Context() (*ucp.Context, error) {
+	return imp.ucx()
+}
+
+// ucx makes this process's UCX context and worker once: export mode's
+// (which imports the exporter's keys), or rkey mode's for the offload
+// calls.
+func (imp *Importer) ucx() (*ucp.Context, error) {
+	imp.ucxMu.Lock()
+	defer imp.ucxMu.Unlock()
+	if imp.ctx != nil || imp.ucxErr != nil {
+		return imp.ctx, imp.ucxErr
+	}
+	imp.mu.Lock()
+	closed := imp.closing
+	imp.mu.Unlock()
+	if closed {
+		return nil, errs.New("share: importer UCX", ucs.ErrClosed, "the importer is closed")
+	}
+	features := ucp.FeatureRMA | ucp.FeatureAM
+	var copts []ucp.ContextOption
+	if imp.hello.Mode == ModeExport {
+		features |= ucp.FeatureExportedMemh
+		for _, kv := range ExportModeConfig {
+			copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
+		}
+	}
+	for _, kv := range imp.o.config {
+		copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
+	}
+	copts = append(copts, ucp.WithFeatures(features), ucp.WithName("ucxshare-importer"))
+	c, err := ucp.NewContext(copts...)
+	if err != nil {
+		imp.ucxErr = err
+		return nil, err
+	}
+	w, err := c.NewWorker()
+	if err != nil {
+		c.Close()
+		imp.ucxErr = err
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	imp.runStop, imp.runDone = stop, make(chan struct{})
+	go func() { defer close(imp.runDone); w.Run(runCtx) }()
+	imp.ctx, imp.w = c, w
+	return c, nil
+}
+
+// startDataPath starts the session's data path (rkey mode): a process
+// that shares the staging file with this one, connects to the exporter's
+// data path at addr and claims it with the session's token.
+func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) error {
+	const op = "share: session data path"
+	depth := imp.depth()
+	callSize := imp.o.chunk * depth
+	if callSize/depth != imp.o.chunk || callSize > 1<<30 || imp.o.staging > 1<<30 {
+		return errs.New(op, ucs.ErrInvalidParam, "WithChunk %d times WithDepth %d, or WithStaging %d, is over 1 GiB", imp.o.chunk, depth, imp.o.staging)
+	}
+	imp.offBase = callSlots * callSize
+	stage, err := datapath.NewMemfd("ucxshare-staging", imp.offBase+imp.o.staging)
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrNoMemory, Reason: "the staging file", Wrapped: err}
+	}
+	imp.stage = stage
+	imp.calls = make(chan int, callSlots)
+	for i := range callSlots {
+		imp.calls <- i
+	}
+	f, err := stage.Open(true)
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "reopening the staging file", Wrapped: err}
+	}
+	defer f.Close()
+	cfg := datapath.Config{Name: "ucxshare-importer", Peer: addr.Addr(), Token: imp.hello.Session, AMBind: uint16(amBind),
+		UCX: imp.o.config, Connect: addr, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size()}
+	if local, err := netip.ParseAddrPort(imp.conn.LocalAddr().String()); err == nil && !configures(cfg.UCX, "NET_DEVICES") {
+		if dev := DevicesFacing(local.Addr()); dev != "" {
+			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
+		}
+	}
+	dp, err := datapath.StartImport(ctx, cfg, f)
+	if err != nil {
+		var ue *ucs.Error
+		if errors.As(err, &ue) {
+			return err
+		}
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the session's data path did not start", Wrapped: err}
+	}
+	imp.dp = dp
+	return nil
+}
+
+// callSlots is how many ReadAt and WriteAt calls of a session move at
+// once in rkey mode (more wait for a slot).
+const callSlots = 2
+
+// maxDepth bounds WithDepth.
+const maxDepth = 64
+
+func (imp *Importer) depth() int { return min(imp.o.depth, maxDepth) }
+
+// takeCall waits for a free call slot.
+func (imp *Importer) takeCall(ctx context.Context) (int, error) {
+	select {
+	case s := <-imp.calls:
+		return s, nil
+	default:
+	}
+	select {
+	case s := <-imp.calls:
+		return s, nil
+	case <-ctx.Done():
+		cause := ucs.ErrTimedOut
+		if ctx.Err() == context.Canceled {
+			cause = ucs.ErrCanceled
+		}
+		return 0, &ucs.Error{Op: "share: transfer", Err: cause, Reason: "stopped before the first byte, waiting for a call slot", Wrapped: ctx.Err()}
+	}
+}
+
+func (imp *Importer) giveCall(s int) { imp.calls <- s }
 
 // Revoked is closed when the session is over: the exporter revoked this
 // importer, ended the session, or its connection ended. Every region is
@@ -594,11 +715,9 @@ func (imp *Importer) shutdown(reason string) {
 	case <-retired:
 	case <-ctx.Done():
 		// Calls still wait for operations the exporter does not answer:
-		// closing the endpoint by force fails them.
-		if imp.ep != nil {
-			fctx, fcancel := context.WithTimeout(context.Background(), imp.o.handshake)
-			imp.ep.Close(fctx, ucp.CloseForce)
-			fcancel()
+		// ending the data path fails them.
+		if imp.dp != nil {
+			imp.dp.Close()
 		}
 		<-retired
 	}
@@ -620,20 +739,19 @@ func (imp *Importer) shutdown(reason string) {
 	imp.teardown()
 }
 
-// teardown closes the UCX side.
+// teardown ends the data path and closes this process's UCX.
 func (imp *Importer) teardown() {
-	if imp.ep != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
-		if imp.ep.Close(ctx, ucp.CloseFlush) != nil {
-			imp.ep.Close(ctx, ucp.CloseForce)
-		}
-		cancel()
+	if imp.dp != nil {
+		imp.dp.Close()
 	}
-	imp.mu.Lock()
-	every := append([]*Region(nil), imp.every...)
-	imp.mu.Unlock()
-	for _, r := range every {
-		r.releaseStaging()
+	imp.ucxMu.Lock()
+	defer imp.ucxMu.Unlock()
+	imp.ucxErr = errs.New("share: importer UCX", ucs.ErrClosed, "the importer is closed")
+	if imp.stageMem != nil {
+		imp.stageMem.Close()
+	}
+	if imp.stage != nil {
+		imp.stage.Close()
 	}
 	if imp.runStop != nil {
 		imp.runStop()

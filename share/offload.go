@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucp"
@@ -12,9 +13,12 @@ import (
 // and a third peer, reached through an endpoint of Importer.Worker: the
 // DPU's job. In export mode the imported mapping is the local buffer of
 // the operation, so the bytes go from the host's memory to the wire (and
-// back) without a copy on this side; in rkey mode they pass through a
-// staging buffer of WithStaging bytes, in chunks. The calls are the same
-// in both modes.
+// back) without a copy on this side; in rkey mode they pass through the
+// staging area (WithStaging bytes) of the file this process shares with
+// the session's data path, in chunks: the data path moves them between
+// the exporter's memory and the area, this process's worker between the
+// area and the peer. The calls are the same in both modes; in rkey mode
+// one runs at a time per session.
 
 // CopyTo copies n bytes of the region at off to dst at dstOff (a region of
 // a third peer) and returns once they are in dst's memory.
@@ -32,13 +36,13 @@ func (r *Region) CopyTo(ctx context.Context, dst ucp.RemoteRegion, dstOff, off, 
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		_, err = r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+		_, err = pipeline(r.imp, ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 			return dst.PutMem(g.mem, off+a, b-a, dstOff+a)
 		})
 	} else {
-		err = r.staged(ctx, n, func(st *ucp.Mem, so, a, b int) (ucp.Request, error) {
-			return g.rr.GetMem(st, so, b-a, off+a)
-		}, func(st *ucp.Mem, so, a, b int) (ucp.Request, error) {
+		err = r.staged(ctx, n, func(st *ucp.Mem, so, a, b int) (inflight, error) {
+			return r.imp.dp.Move(g.g.Gen, false, off+a, so, b-a), nil
+		}, func(st *ucp.Mem, so, a, b int) (inflight, error) {
 			return dst.PutMem(st, so, b-a, dstOff+a)
 		})
 	}
@@ -66,18 +70,21 @@ func (r *Region) CopyFrom(ctx context.Context, src ucp.RemoteRegion, srcOff, off
 	}
 	defer r.release(g)
 	if g.mem != nil {
-		_, err = r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
+		_, err = pipeline(r.imp, ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
 			return src.GetMem(g.mem, off+a, b-a, srcOff+a)
 		})
+		if err == nil {
+			err = g.rr.Flush(ctx)
+		}
 	} else {
-		err = r.staged(ctx, n, func(st *ucp.Mem, so, a, b int) (ucp.Request, error) {
+		err = r.staged(ctx, n, func(st *ucp.Mem, so, a, b int) (inflight, error) {
 			return src.GetMem(st, so, b-a, srcOff+a)
-		}, func(st *ucp.Mem, so, a, b int) (ucp.Request, error) {
-			return g.rr.PutMem(st, so, b-a, off+a)
+		}, func(st *ucp.Mem, so, a, b int) (inflight, error) {
+			return r.imp.dp.Move(g.g.Gen, true, off+a, so, b-a), nil
 		})
-	}
-	if err == nil {
-		err = g.rr.Flush(ctx)
+		if err == nil {
+			err = waitInFlight(r.imp, ctx, r.imp.dp.Flush(g.g.Gen))
+		}
 	}
 	err = r.revokedDuring(op, err)
 	r.imp.count(true, ifOK(n, err), err)
@@ -100,13 +107,11 @@ func (r *Region) SendAM(ctx context.Context, ep *ucp.Endpoint, id ucp.AMID, head
 	if g.mem != nil {
 		err = r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, g.mem, off, n, ucp.AMRndv) })
 	} else {
-		err = r.withStaging(op, n, func(st *ucp.Mem) error {
-			if _, err := r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
-				return g.rr.GetMem(st, a, b-a, off+a)
-			}); err != nil {
+		err = r.withStaging(op, n, func(st *ucp.Mem, base int) error {
+			if err := waitInFlight(r.imp, ctx, r.imp.dp.Move(g.g.Gen, false, off, base, n)); err != nil {
 				return err
 			}
-			return r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, st, 0, n, ucp.AMRndv) })
+			return r.wait(ctx, func() (ucp.Request, error) { return ep.SendAMMem(id, header, st, base, n, ucp.AMRndv) })
 		})
 	}
 	err = r.revokedDuring(op, err)
@@ -133,16 +138,14 @@ func (r *Region) ReceiveAM(ctx context.Context, m *ucp.AMMessage, off int) (int,
 	if g.mem != nil {
 		err = r.wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(g.mem, off) })
 	} else {
-		err = r.withStaging(op, n, func(st *ucp.Mem) error {
-			if err := r.wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(st, 0) }); err != nil {
+		err = r.withStaging(op, n, func(st *ucp.Mem, base int) error {
+			if err := r.wait(ctx, func() (ucp.Request, error) { return m.ReceiveIntoMem(st, base) }); err != nil {
 				return err
 			}
-			if _, err := r.imp.pipeline(ctx, n, r.imp.o.chunk, r.imp.o.depth, func(a, b int) (ucp.Request, error) {
-				return g.rr.PutMem(st, a, b-a, off+a)
-			}); err != nil {
+			if err := waitInFlight(r.imp, ctx, r.imp.dp.Move(g.g.Gen, true, off, base, n)); err != nil {
 				return err
 			}
-			return g.rr.Flush(ctx)
+			return waitInFlight(r.imp, ctx, r.imp.dp.Flush(g.g.Gen))
 		})
 		if err != nil {
 			m.Drop()
@@ -164,43 +167,47 @@ func ifOK(n int, err error) int {
 // still waits for the operation to end (see pipeline), so that its buffer
 // is not reused under it.
 func (r *Region) wait(ctx context.Context, start func() (ucp.Request, error)) error {
-	_, err := r.imp.pipeline(ctx, 1, 1, 1, func(int, int) (ucp.Request, error) { return start() })
+	_, err := pipeline(r.imp, ctx, 1, 1, 1, func(int, int) (ucp.Request, error) { return start() })
 	return err
 }
 
-// staged moves n bytes through the staging buffer, chunk by chunk: get
-// into one half, then put out of it while the next chunk is got into the
-// other half.
-func (r *Region) staged(ctx context.Context, n int, get, put func(st *ucp.Mem, stOff, a, b int) (ucp.Request, error)) error {
-	return r.withStaging("share: offload", 0, func(st *ucp.Mem) error {
-		half := st.Len() / 2
+// staged moves n bytes through the staging area, chunk by chunk: in fills
+// one half, then out empties it while the next chunk fills the other half.
+// Both get the area's registration in this process and the offset of the
+// half in it.
+func (r *Region) staged(ctx context.Context, n int, in, out func(st *ucp.Mem, stOff, a, b int) (inflight, error)) error {
+	return r.withStaging("share: offload", 0, func(st *ucp.Mem, base int) error {
+		half := r.imp.o.staging / 2
 		chunk := min(r.imp.o.chunk, half)
-		var puts [2]ucp.Request
-		var started [2]bool
+		var outs [2]inflight
 		var first error
 		for i, a := 0, 0; a < n; i, a = i+1, a+chunk {
 			b, h := min(a+chunk, n), i%2
-			if started[h] {
-				started[h] = false
-				if err := r.imp.waitInFlight(ctx, puts[h]); err != nil {
+			if outs[h] != nil {
+				err := waitInFlight(r.imp, ctx, outs[h])
+				outs[h] = nil
+				if err != nil {
 					first = err
 					break
 				}
 			}
-			if err := r.wait(ctx, func() (ucp.Request, error) { return get(st, h*half, a, b) }); err != nil {
-				first = err
-				break
+			req, err := in(st, base+h*half, a, b)
+			if err == nil {
+				err = waitInFlight(r.imp, ctx, req)
 			}
-			req, err := put(st, h*half, a, b)
 			if err != nil {
 				first = err
 				break
 			}
-			puts[h], started[h] = req, true
+			if outs[h], err = out(st, base+h*half, a, b); err != nil {
+				outs[h] = nil
+				first = err
+				break
+			}
 		}
-		for h := range puts {
-			if started[h] {
-				if err := r.imp.waitInFlight(ctx, puts[h]); err != nil && first == nil {
+		for h := range outs {
+			if outs[h] != nil {
+				if err := waitInFlight(r.imp, ctx, outs[h]); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -209,30 +216,28 @@ func (r *Region) staged(ctx context.Context, n int, get, put func(st *ucp.Mem, s
 	})
 }
 
-// withStaging runs f with the region's staging buffer (made on first use)
-// for an operation of n bytes, one call at a time.
-func (r *Region) withStaging(op string, n int, f func(st *ucp.Mem) error) error {
-	size := r.imp.o.staging
+// withStaging runs f with the session's staging area (registered in this
+// process's context on first use) for an operation of n bytes, one at a
+// time: f gets the registration and the area's offset in it.
+func (r *Region) withStaging(op string, n int, f func(st *ucp.Mem, base int) error) error {
+	imp := r.imp
+	size := imp.o.staging
 	if n > size {
 		return errs.New(op, ucs.ErrOutOfRange, "%d bytes do not fit the %d-byte staging buffer of rkey mode (WithStaging)", n, size)
 	}
-	r.stagingMu.Lock()
-	defer r.stagingMu.Unlock()
-	if r.staging == nil {
-		m, err := r.imp.ctx.Allocate(size)
+	imp.offMu.Lock()
+	defer imp.offMu.Unlock()
+	if imp.stageMem == nil {
+		ctx, err := imp.ucx()
 		if err != nil {
 			return err
 		}
-		r.staging = m
+		b := imp.stage.Bytes()
+		m, err := ctx.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), len(b))
+		if err != nil {
+			return err
+		}
+		imp.stageMem = m
 	}
-	return f(r.staging)
-}
-
-func (r *Region) releaseStaging() {
-	r.stagingMu.Lock()
-	defer r.stagingMu.Unlock()
-	if r.staging != nil {
-		r.staging.Close()
-		r.staging = nil
-	}
+	return f(imp.stageMem, imp.offBase)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ucxgo/ucx/internal/datapath"
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
@@ -32,9 +33,6 @@ type Region struct {
 	busy    bool  // a switch is in progress: calls wait
 	err     error // set: revoked, calls fail with it
 	revoked chan struct{}
-
-	stagingMu sync.Mutex
-	staging   *ucp.Mem
 }
 
 type regionEvent struct {
@@ -46,8 +44,8 @@ type regionEvent struct {
 // igen is a generation in use: the grant and how calls reach the memory.
 type igen struct {
 	g    *grant
-	rr   ucp.RemoteRegion
-	key  *ucp.RemoteKey   // rkey mode
+	dp   bool             // rkey mode: through the session's data path, which unpacked the key
+	rr   ucp.RemoteRegion // export mode: the imported mapping's loopback region
 	mem  *ucp.Mem         // export mode: the imported mapping
 	lr   *ucp.LocalRegion // export mode: its loopback region
 	refs int
@@ -140,21 +138,21 @@ func (r *Region) install(ctx context.Context, g *grant) error {
 	return nil
 }
 
-// open reaches g's memory: the packed region unpacked on the exporter's
-// endpoint (rkey mode), or the descriptor imported and reached through a
-// loopback region (export mode).
+// open reaches g's memory: the packed region unpacked by the session's
+// data path on its endpoint to the exporter's (rkey mode), or the
+// descriptor imported and reached through a loopback region (export mode).
 func (r *Region) open(ctx context.Context, g *grant) (*igen, error) {
 	imp := r.imp
 	if g.Mode == ModeRkey {
-		rr, err := imp.ep.UnpackRegion(ctx, g.Key)
+		addr, length, err := imp.dp.Unpack(ctx, g.Gen, g.Key)
 		if err != nil {
 			return nil, err
 		}
-		if rr.Base() != g.Address || uint64(rr.Len()) != g.Length {
-			rr.Key().Close()
-			return nil, &ucs.Error{Op: "share: open grant", Err: ErrGrant, Reason: fmt.Sprintf("the packed region is %d bytes at %#x, the grant says %d at %#x", rr.Len(), rr.Base(), g.Length, g.Address)}
+		if addr != g.Address || length != g.Length {
+			imp.dp.Drop(ctx, g.Gen)
+			return nil, &ucs.Error{Op: "share: open grant", Err: ErrGrant, Reason: fmt.Sprintf("the packed region is %d bytes at %#x, the grant says %d at %#x", length, addr, g.Length, g.Address)}
 		}
-		return &igen{g: g, rr: rr, key: rr.Key()}, nil
+		return &igen{g: g, dp: true}, nil
 	}
 	d, err := ucp.ParseDescriptor(g.Key)
 	if err != nil {
@@ -269,9 +267,8 @@ func (r *Region) setErrLocked(err error) {
 func (r *Region) retire(ctx context.Context, old *igen) {
 	imp := r.imp
 	var err error
-	if old.key != nil {
-		err = old.rr.Flush(ctx)
-		old.key.Close()
+	if old.dp {
+		err = imp.dp.Drop(ctx, old.g.Gen)
 	}
 	if old.lr != nil {
 		err = old.lr.Close(ctx)
@@ -399,19 +396,74 @@ func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write
 		return 0, err
 	}
 	defer r.release(g)
+	if g.dp {
+		n, err := r.moveStaged(ctx, p, off, write, g)
+		return n, r.revokedDuring(op, err)
+	}
 	start := func(a, b int) (ucp.Request, error) {
 		if write {
 			return g.rr.Put(p[a:b], int(off)+a)
 		}
 		return g.rr.Get(p[a:b], int(off)+a)
 	}
-	n, err := r.imp.pipeline(ctx, len(p), r.imp.o.chunk, r.imp.o.depth, start)
+	n, err := pipeline(r.imp, ctx, len(p), r.imp.o.chunk, r.imp.o.depth, start)
 	if write && err == nil {
 		if err = g.rr.Flush(ctx); err != nil {
 			n = 0
 		}
 	}
 	return n, r.revokedDuring(op, err)
+}
+
+// moveStaged is move in rkey mode: each chunk goes through the staging
+// file the session's data path shares with this process, in one of the
+// call slots (WithDepth chunks of WithChunk bytes); the data path moves it
+// between the exporter's memory and the slot, this process copies it
+// between the slot and p.
+func (r *Region) moveStaged(ctx context.Context, p []byte, off int64, write bool, g *igen) (int, error) {
+	imp := r.imp
+	slot, err := imp.takeCall(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer imp.giveCall(slot)
+	stage := imp.stage.Bytes()
+	chunk, depth := imp.o.chunk, imp.depth()
+	base := slot * chunk * depth
+	start := func(a, b int) (*stagedMove, error) {
+		so := base + (a/chunk)%depth*chunk
+		m := &stagedMove{}
+		if write {
+			copy(stage[so:so+b-a], p[a:b])
+		} else {
+			m.to, m.from = p[a:b], stage[so:so+b-a]
+		}
+		m.mv = imp.dp.Move(g.g.Gen, write, int(off)+a, so, b-a)
+		return m, nil
+	}
+	n, err := pipeline(imp, ctx, len(p), chunk, depth, start)
+	if write && err == nil {
+		if err = waitInFlight(imp, ctx, imp.dp.Flush(g.g.Gen)); err != nil {
+			n = 0
+		}
+	}
+	return n, err
+}
+
+// stagedMove is one chunk of moveStaged in flight: a read copies the slot
+// into p once the data path has filled it.
+type stagedMove struct {
+	mv       *datapath.Move
+	to, from []byte
+}
+
+func (m *stagedMove) Wait(ctx context.Context) error {
+	err := m.mv.Wait(ctx)
+	if err == nil && m.to != nil {
+		copy(m.to, m.from)
+		m.to = nil
+	}
+	return err
 }
 
 // revokedDuring is err, or for a call the region's revocation (or the
@@ -427,17 +479,23 @@ func (r *Region) revokedDuring(op string, err error) error {
 	return err
 }
 
+// inflight is an operation in flight: a UCX request, or a move in the
+// session's data path.
+type inflight interface {
+	Wait(ctx context.Context) error
+}
+
 // pipeline runs start over [0,total) in chunks, depth in flight; it
 // returns the length of the prefix that completed, and the first error.
-// Every request it started is complete when it returns: once ctx ended it
-// waits for those in flight for the dial timeout more, then closes the
-// data endpoint by force, which fails them.
-func (imp *Importer) pipeline(ctx context.Context, total, chunk, depth int, start func(a, b int) (ucp.Request, error)) (int, error) {
+// Every operation it started is complete when it returns: once ctx ended
+// it waits for those in flight for the dial timeout more, then ends the
+// data path by force (waitInFlight), which fails them.
+func pipeline[R inflight](imp *Importer, ctx context.Context, total, chunk, depth int, start func(a, b int) (R, error)) (int, error) {
 	type slot struct {
-		req  ucp.Request
+		req  R
 		a, b int
 	}
-	var ring [64]slot
+	var ring [maxDepth]slot
 	depth = min(depth, len(ring))
 	head, tail := 0, 0 // ring[head%depth..tail%depth) in flight
 	next, done := 0, 0
@@ -462,7 +520,7 @@ func (imp *Importer) pipeline(ctx context.Context, total, chunk, depth int, star
 			break
 		}
 		s := &ring[head%depth]
-		if err := imp.waitInFlight(ctx, s.req); err != nil && first == nil {
+		if err := waitInFlight(imp, ctx, s.req); err != nil && first == nil {
 			first = err
 		}
 		if first == nil && s.a == done {
@@ -482,27 +540,25 @@ func (imp *Importer) pipeline(ctx context.Context, total, chunk, depth int, star
 	return done, first
 }
 
-// waitInFlight waits for a request whose buffer the caller is about to
+// waitInFlight waits for an operation whose buffer the caller is about to
 // give back: without a bound while ctx lasts, then for the dial timeout;
-// a request still in flight then has the session's data endpoint closed
-// by force under it, which ends it (export mode has no endpoint: its
-// operations are local).
-func (imp *Importer) waitInFlight(ctx context.Context, req ucp.Request) error {
+// an operation still in flight then has the session's data path ended
+// under it, which ends it (export mode has no data path: its operations
+// are local).
+func waitInFlight[R inflight](imp *Importer, ctx context.Context, req R) error {
 	err := req.Wait(ctx)
 	if err == nil || ctx.Err() == nil {
 		return err
 	}
 	grace, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
 	defer cancel()
-	if err = req.Wait(grace); err == nil || grace.Err() == nil || imp.ep == nil {
+	if err = req.Wait(grace); err == nil || grace.Err() == nil || imp.dp == nil {
 		if err != nil && grace.Err() != nil {
 			return req.Wait(context.Background())
 		}
 		return err
 	}
-	imp.endAll("an operation did not complete within the dial timeout after its call's ctx ended; the data endpoint was closed")
-	fctx, fcancel := context.WithTimeout(context.Background(), imp.o.handshake)
-	imp.ep.Close(fctx, ucp.CloseForce)
-	fcancel()
+	imp.endAll("an operation did not complete within the dial timeout after its call's ctx ended; the data path was ended")
+	imp.dp.Close()
 	return req.Wait(context.Background())
 }

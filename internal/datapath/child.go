@@ -36,6 +36,8 @@ type child struct {
 	w    *ucp.Worker
 	l    *ucp.Listener
 
+	imp *importer // an importer's data path
+
 	mu      sync.Mutex
 	bound   *ucp.Endpoint
 	pending []*ucp.Endpoint // accepted from the peer's host, not yet claimed
@@ -69,13 +71,21 @@ func serve() int {
 	c := &child{conn: fc.(*net.UnixConn), maps: map[uint64]*mapping{}}
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
-	m, _, err := c.recv(buf, oob)
+	m, fds, err := c.recv(buf, oob)
 	if err != nil || m.Op != "init" || m.Init == nil {
 		fmt.Fprintln(os.Stderr, "ucxshare-datapath: no init message:", err)
 		return 2
 	}
 	c.cfg = *m.Init
-	if err := c.start(); err != nil {
+	if c.cfg.Import {
+		err = c.startImport(fds)
+	} else {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		err = c.start()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
 		return 1
 	}
@@ -86,11 +96,13 @@ func serve() int {
 			// saving, and the exit unmaps everything.
 			return 0
 		}
-		switch m.Op {
-		case "map":
+		switch {
+		case m.Op == "map" && !c.cfg.Import:
 			c.doMap(m, fds)
-		case "unmap":
+		case m.Op == "unmap" && !c.cfg.Import:
 			c.doUnmap(m)
+		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" || m.Op == "flush"):
+			c.imp.do(m)
 		default:
 			for _, fd := range fds {
 				syscall.Close(fd)

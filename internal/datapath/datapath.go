@@ -27,6 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // envRole marks a re-executed binary as a data-path process; its value is
@@ -42,14 +44,24 @@ const (
 	maxErr     = 512
 )
 
-// Config is what a data-path process is told at its start.
+// Config is what a data-path process is told at its start. An exporter's
+// (Start) listens, keeps the one connection its token claims, and maps
+// what it is handed; an importer's (StartImport) connects to an
+// exporter's, claims it with the token, and moves bytes between the
+// exporter's memory and a staging file it shares with its parent.
 type Config struct {
 	Name   string      `json:"name"`   // names the UCX context in UCX's logs
-	Listen netip.Addr  `json:"listen"` // the address its UCX listener listens on (port chosen)
-	Peer   netip.Addr  `json:"peer"`   // the one host whose connection it accepts
+	Listen netip.Addr  `json:"listen"` // exporter's: the address its UCX listener listens on (port chosen)
+	Peer   netip.Addr  `json:"peer"`   // the one host it exchanges segments with over tcp
 	Token  [16]byte    `json:"token"`  // the header of the bind message that claims the connection
 	AMBind uint16      `json:"ambind"` // the active message id of the bind message
 	UCX    [][2]string `json:"ucx"`    // UCX configuration of its context, in order
+
+	Import  bool           `json:"import,omitempty"`  // an importer's data path
+	Connect netip.AddrPort `json:"connect"`           // importer's: the exporter's data path
+	Chunk   int            `json:"chunk,omitempty"`   // importer's: bytes of one RMA operation
+	Depth   int            `json:"depth,omitempty"`   // importer's: operations of one move in flight
+	Staging int            `json:"staging,omitempty"` // importer's: bytes of the staging file
 }
 
 // message is one message either way on the process's socket.
@@ -65,6 +77,21 @@ type message struct {
 	Key   []byte  `json:"key,omitempty"`
 	Err   string  `json:"err,omitempty"`
 	Init  *Config `json:"init,omitempty"`
+	Off   uint64  `json:"off,omitempty"`  // a move's offset in the region
+	SOff  uint64  `json:"soff,omitempty"` // a move's offset in the staging file
+	// Status is the UCX status an error answer's cause is, 0 when none.
+	Status int8 `json:"status,omitempty"`
+}
+
+// answerErr is the error an "error" answer to op stands for: a *ucs.Error
+// with the UCX status the process named (ucs.ErrIOError when it named
+// none) and its text.
+func answerErr(op string, r message) error {
+	st := ucs.ErrIOError
+	if r.Status < 0 {
+		st = ucs.Status(r.Status)
+	}
+	return &ucs.Error{Op: "data path: " + op, Err: st, Reason: r.Err}
 }
 
 // Proc is a running data-path process, seen from its parent.
@@ -79,6 +106,7 @@ type Proc struct {
 	seq  uint64
 	wait map[uint64]chan message
 
+	imports    bool // an importer's data path
 	port       uint16
 	ready      chan struct{}
 	bound      chan struct{}
@@ -91,9 +119,26 @@ type Proc struct {
 	err      error         // how it ended, set before done closes
 }
 
-// Start starts a data-path process with cfg and returns once its UCX
-// listener listens (Port), or with the error that stopped it.
+// Start starts an exporter's data-path process with cfg and returns once
+// its UCX listener listens (Port), or with the error that stopped it.
 func Start(ctx context.Context, cfg Config) (*Proc, error) {
+	cfg.Import = false
+	return start(ctx, cfg, nil)
+}
+
+// StartImport starts an importer's data-path process with cfg, handing it
+// staging (a shared file of cfg.Staging bytes, which it maps read-write
+// and registers), and returns once it has connected to cfg.Connect, sent
+// the token and completed the wire-up, or with the error that stopped it.
+func StartImport(ctx context.Context, cfg Config, staging *os.File) (*Proc, error) {
+	cfg.Import = true
+	if cfg.Chunk < 1 || cfg.Depth < 1 || cfg.Staging < 1 || staging == nil {
+		return nil, errors.New("data path: an importer's needs a chunk, a depth and a staging file")
+	}
+	return start(ctx, cfg, staging)
+}
+
+func start(ctx context.Context, cfg Config, f *os.File) (*Proc, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("data path: socket pair: %w", err)
@@ -105,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 		theirs.Close()
 		return nil, fmt.Errorf("data path: %w", err)
 	}
-	p := &Proc{conn: fc.(*net.UnixConn), stderr: &tail{max: 4 << 10}, wait: map[uint64]chan message{},
+	p := &Proc{conn: fc.(*net.UnixConn), stderr: &tail{max: 4 << 10}, wait: map[uint64]chan message{}, imports: cfg.Import,
 		ready: make(chan struct{}), bound: make(chan struct{}), peerFailed: make(chan struct{}), done: make(chan struct{})}
 	// The binary itself, under a name of its own; none of the parent's
 	// arguments and only the environment UCX and Go read: a secret passed
@@ -120,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 		return nil, fmt.Errorf("data path: starting the process: %w", err)
 	}
 	go p.read()
-	if err := p.send(message{Op: "init", Init: &cfg}, nil); err != nil {
+	if err := p.send(message{Op: "init", Init: &cfg}, f); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -131,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 		return nil, p.Err()
 	case <-ctx.Done():
 		p.Close()
-		return nil, fmt.Errorf("data path: the process did not start listening in time: %w", ctx.Err())
+		return nil, fmt.Errorf("data path: the process did not get ready in time: %w", ctx.Err())
 	}
 }
 
@@ -203,6 +248,103 @@ func (p *Proc) Unmap(ctx context.Context, gen uint64) error {
 	return err
 }
 
+// Unpack has an importer's data path unpack key, the exporter's packed
+// region of generation gen, and returns the address and length the
+// packed region names (the caller checks them against its grant).
+func (p *Proc) Unpack(ctx context.Context, gen uint64, key []byte) (addr, length uint64, err error) {
+	if len(key) == 0 || len(key) > maxKey {
+		return 0, 0, fmt.Errorf("data path: a key of %d bytes (1 to %d)", len(key), maxKey)
+	}
+	r, err := p.call(ctx, message{Op: "unpack", Gen: gen, Key: key}, nil, "unpacked")
+	if err == nil && r.Gen != gen {
+		p.kill()
+		err = fmt.Errorf("data path: an answer to unpack %d names generation %d", gen, r.Gen)
+	}
+	return r.Addr, r.Len, err
+}
+
+// Drop has an importer's data path flush what it wrote through generation
+// gen and release its key; the error is the flush's.
+func (p *Proc) Drop(ctx context.Context, gen uint64) error {
+	r, err := p.call(ctx, message{Op: "drop", Gen: gen}, nil, "dropped")
+	if err == nil && r.Gen != gen {
+		p.kill()
+		err = fmt.Errorf("data path: an answer to drop %d names generation %d", gen, r.Gen)
+	}
+	return err
+}
+
+// Move has an importer's data path move n bytes between the region of
+// generation gen at off and the staging file at soff (a write: from the
+// staging file into the region, then flushed). It returns at once; Wait
+// waits for the move.
+func (p *Proc) Move(gen uint64, write bool, off, soff, n int) *Move {
+	op := "get"
+	if write {
+		op = "put"
+	}
+	return p.async(message{Op: op, Gen: gen, Off: uint64(off), SOff: uint64(soff), Len: uint64(n)})
+}
+
+// Flush has an importer's data path flush what it wrote through
+// generation gen: once Wait returned nil, the moves into it that ended
+// before are in the exporter's memory.
+func (p *Proc) Flush(gen uint64) *Move {
+	return p.async(message{Op: "flush", Gen: gen})
+}
+
+func (p *Proc) async(m message) *Move {
+	mv := &Move{p: p, ch: make(chan message, 1)}
+	p.mu.Lock()
+	p.seq++
+	mv.seq = p.seq
+	p.wait[mv.seq] = mv.ch
+	p.mu.Unlock()
+	m.Seq = mv.seq
+	mv.err = p.send(m, nil)
+	return mv
+}
+
+// Move is a move (or flush) in flight in an importer's data path.
+type Move struct {
+	p    *Proc
+	seq  uint64
+	ch   chan message
+	err  error
+	done bool
+}
+
+// Wait waits for the move until ctx ends (then it is still in flight:
+// the staging bytes are the data path's until it ends, or the process
+// does). After it returned other than for ctx, the move is over.
+func (mv *Move) Wait(ctx context.Context) error {
+	if mv.done {
+		return mv.err
+	}
+	if mv.err == nil {
+		select {
+		case r := <-mv.ch:
+			switch r.Op {
+			case "moved":
+			case "error":
+				mv.err = answerErr("move", r)
+			default:
+				mv.p.kill()
+				mv.err = fmt.Errorf("data path: a %q answer to a move", r.Op)
+			}
+		case <-mv.p.done:
+			mv.err = mv.p.Err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	mv.done = true
+	mv.p.mu.Lock()
+	delete(mv.p.wait, mv.seq)
+	mv.p.mu.Unlock()
+	return mv.err
+}
+
 // Close ends the process (SIGKILL: it holds nothing to save) and waits
 // until it was reaped; after Close returns, nothing it mapped is mapped
 // anywhere but in this process. Safe to call more than once.
@@ -241,7 +383,7 @@ func (p *Proc) call(ctx context.Context, m message, f *os.File, want string) (me
 		case want:
 			return r, nil
 		case "error":
-			return message{}, fmt.Errorf("data path: %s: %s", m.Op, r.Err)
+			return message{}, answerErr(m.Op, r)
 		}
 		p.kill()
 		return message{}, fmt.Errorf("data path: a %q answer to %s", r.Op, m.Op)
@@ -328,8 +470,13 @@ func (p *Proc) dispatch(b []byte) error {
 	}
 	switch m.Op {
 	case "ready":
-		if m.Port == 0 || p.port != 0 {
-			return errors.New("a second ready, or one with no port")
+		select {
+		case <-p.ready:
+			return errors.New("a second ready")
+		default:
+		}
+		if (m.Port == 0) != p.imports {
+			return fmt.Errorf("a ready with port %d", m.Port)
 		}
 		p.port = m.Port
 		close(p.ready)
@@ -340,7 +487,7 @@ func (p *Proc) dispatch(b []byte) error {
 	case "peer-failed":
 		p.failOnce.Do(func() { close(p.peerFailed) })
 		return nil
-	case "mapped", "unmapped", "error":
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()
