@@ -38,17 +38,18 @@ import (
 // hostile is an importer that holds the secret and obeys nothing after
 // the handshake.
 type hostile struct {
-	t      testing.TB
-	c      net.Conn
-	uctx   *ucp.Context
-	w      *ucp.Worker
-	ep     *ucp.Endpoint
-	stop   context.CancelFunc
-	s      share.Sealer
-	grants map[string]rawGrant
-	keys   []*ucp.RemoteKey
-	port   uint16   // the data path's, from accepted
-	token  [16]byte // the session's, from the hello
+	t        testing.TB
+	c        net.Conn
+	uctx     *ucp.Context
+	w        *ucp.Worker
+	ep       *ucp.Endpoint
+	stop     context.CancelFunc
+	s        share.Sealer
+	grants   map[string]rawGrant
+	keys     []*ucp.RemoteKey
+	port     uint16   // the data path's, from accepted
+	token    [16]byte // the session's, from the hello
+	exporter [16]byte // the exporter's id, from the hello
 }
 
 // rawGrant is a grant's fields as docs/share-protocol.md lays them out.
@@ -97,8 +98,16 @@ func proveHostile(t testing.TB, addr string, s share.Sealer) *hostile {
 	require.NoError(t, err)
 	require.Equal(t, byte(10), typ, "accepted: %q", acc)
 	require.Len(t, acc, 2)
-	h.port, h.token = binary.LittleEndian.Uint16(acc), token
+	h.port, h.token, h.exporter = binary.LittleEndian.Uint16(acc), token, exporter
 	return h
+}
+
+// bindHeader is the bind message's header: the claim sealed with s
+// (docs/share-protocol.md).
+func (h *hostile) bindHeader(s share.Sealer) []byte {
+	b, err := s.Seal(append(append([]byte("UCX-BIND"), h.token[:]...), h.exporter[:]...))
+	require.NoError(h.t, err)
+	return b
 }
 
 // bind connects UCX to the data path, sends the session's token, and
@@ -117,7 +126,7 @@ func (h *hostile) bind(addr string) {
 	host, _, _ := net.SplitHostPort(addr)
 	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(h.port))))
 	require.NoError(t, err)
-	req, err := h.ep.SendAM(0x5e01, h.token[:], nil, ucp.AMReply)
+	req, err := h.ep.SendAM(0x5e01, h.bindHeader(h.s), nil, ucp.AMReply)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -231,7 +240,28 @@ func (h *hostile) close() {
 	if h.uctx != nil {
 		h.uctx.Close()
 	}
-	h.c.Close()
+	if h.c != nil {
+		h.c.Close()
+	}
+}
+
+// connectUCX is a UCX peer without a session: its own context and worker,
+// an endpoint to addr (a data path's listener).
+func connectUCX(t testing.TB, addr string) *hostile {
+	t.Helper()
+	h := &hostile{t: t, grants: map[string]rawGrant{}}
+	t.Cleanup(h.close)
+	var err error
+	h.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
+	require.NoError(t, err)
+	h.w, err = h.uctx.NewWorker()
+	require.NoError(t, err)
+	run, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go h.w.Run(run)
+	h.ep, err = h.w.Connect(addr)
+	require.NoError(t, err)
+	return h
 }
 
 // newMemory is shared memory filled with fill, closed after the test's
@@ -582,6 +612,50 @@ func memoryHolds(t *testing.T, pid int, needle []byte) bool {
 		}
 	}
 	return false
+}
+
+// The window of another session's bind: between the exporter's accepted
+// and the importer's bind, a process on the importer's host (which the
+// data path's filter admits) connects to the data path and claims the
+// connection with what it could know or read there: the session's token
+// (in the hello), a header sealed under another secret, garbage. The data
+// path holds nothing to judge a claim by and asks the exporter, which
+// opens the sealed claim: each is refused and its endpoint closed; the
+// importer's own claim binds; the grants, mapped only after the bind, are
+// out of the intruder's reach, whose endpoint is gone.
+func TestContainedBindWindow(t *testing.T) {
+	want := pattern(4096, 7)
+	mem := newMemory(t, want)
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	h := proveHostile(t, addr, sealer(t)) // the importer, before its bind
+	host, _, _ := net.SplitHostPort(addr)
+	data := net.JoinHostPort(host, strconv.Itoa(int(h.port)))
+	other, err := share.NewHMACSealer([]byte("another secret, of 32 bytes ...."))
+	require.NoError(t, err)
+	for name, header := range map[string][]byte{
+		"the session's token":          h.token[:],
+		"a claim under another secret": h.bindHeader(other),
+		"garbage":                      bytes.Repeat([]byte{0xa5}, 64),
+	} {
+		x := connectUCX(t, data)
+		req, err := x.ep.SendAM(0x5e01, header, nil, ucp.AMReply)
+		require.NoError(t, err, name)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		require.NoError(t, req.Wait(ctx), name)
+		cancel()
+		select {
+		case <-x.ep.Failed():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the intruder's endpoint stayed open", name)
+		}
+	}
+	h.bind(addr) // the importer's claim
+	g := h.grants["a"]
+	got, err := h.get(g.addr, len(want), g.rr.Key())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	stillServes(t, addr, "a", want)
 }
 
 // connects says whether a TCP connection from address from to addr

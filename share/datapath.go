@@ -1,6 +1,7 @@
 package share
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -16,8 +17,8 @@ import (
 
 // startDataPath starts the session's data-path process (rkey mode): it
 // listens on the control connection's local address, accepts the
-// importer's host only, and keeps the endpoint that sends the session's
-// token.
+// importer's host only, and keeps the endpoint whose bind message carries
+// the importer's sealed claim (bindMessage), which this process judges.
 func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 	const op = "share: session data path"
 	local, err := netip.ParseAddrPort(s.conn.LocalAddr().String())
@@ -29,7 +30,7 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its remote address is " + s.conn.RemoteAddr().String() + ")", Wrapped: err}
 	}
 	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local.Addr().Unmap(),
-		Peer: peer.Addr().Unmap(), Token: s.token, AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
+		Peer: peer.Addr().Unmap(), AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
 	if !configures(cfg.UCX, "NET_DEVICES") {
 		if err := loopbackUsable(local.Addr(), ucs.LoadedVersion()); err != nil {
 			return nil, err
@@ -38,7 +39,14 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
 		}
 	}
-	dp, err := datapath.Start(ctx, cfg)
+	// The importer's bind message carries its sealed claim; the data path
+	// holds no secret and asks here.
+	want := bindMessage(s.token, s.e.id)
+	claims := func(header []byte) bool {
+		msg, err := s.e.sealer.Open(header)
+		return err == nil && bytes.Equal(msg, want)
+	}
+	dp, err := datapath.Start(ctx, cfg, claims)
 	if err != nil {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}

@@ -72,7 +72,8 @@
 //     process is ended; revoking a whole session, or its end, ends the
 //     process. A late access faults there and ends that session only.
 //   - The data path accepts connections from the importer's host only,
-//     keeps the endpoint that presents the session's token, and is bound
+//     keeps the endpoint whose bind claim the exporter opens (sealed by
+//     the importer: the data path holds no secret), and is bound
 //     to the network device of the control connection (DevicesFacing).
 //     Over tcp its sockets take segments from the importer's host only,
 //     and from no one once the importer is bound. Over RDMA its UCX

@@ -611,7 +611,11 @@ func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) err
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "reopening the staging file", Wrapped: err}
 	}
 	defer f.Close()
-	cfg := datapath.Config{Name: "ucxshare-importer", Peer: addr.Addr(), Token: imp.hello.Session, AMBind: uint16(amBind),
+	bind, err := imp.sealer.Seal(bindMessage(imp.hello.Session, imp.hello.Exporter))
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
+	}
+	cfg := datapath.Config{Name: "ucxshare-importer", Peer: addr.Addr(), Bind: bind, AMBind: uint16(amBind),
 		UCX: imp.o.config, Connect: addr, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size()}
 	if local, err := netip.ParseAddrPort(imp.conn.LocalAddr().String()); err == nil && !configures(cfg.UCX, "NET_DEVICES") {
 		if dev := DevicesFacing(local.Addr()); dev != "" {

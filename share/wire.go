@@ -460,6 +460,15 @@ func decodeGrant(p []byte) (*grant, error) {
 	return g, nil
 }
 
+// bindMessage is what an importer seals to claim its session's connection
+// to the exporter's data path (the header of the bind message): the data
+// path holds no secret, so it hands each header to the exporter, which
+// opens it. It names this session and exporter.
+func bindMessage(session, exporter [16]byte) []byte {
+	b := append([]byte("UCX-BIND"), session[:]...)
+	return append(b, exporter[:]...)
+}
+
 // proofMessage is what an importer seals to prove it holds the secret: it
 // names this session and exporter, so it cannot be replayed elsewhere.
 func proofMessage(session, exporter [16]byte) []byte {

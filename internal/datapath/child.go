@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -40,7 +42,11 @@ type child struct {
 
 	mu      sync.Mutex
 	bound   *ucp.Endpoint
+	binding bool            // a claim was accepted: the endpoint is being bound
 	pending []*ucp.Endpoint // accepted from the peer's host, not yet claimed
+	claims  map[uint64]*ucp.Endpoint
+	early   map[*ucp.Endpoint][]byte // bind messages that came before their endpoint was filed
+	nclaim  uint64
 	maps    map[uint64]*mapping
 }
 
@@ -68,7 +74,7 @@ func serve() int {
 		fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
 		return 2
 	}
-	c := &child{conn: fc.(*net.UnixConn), maps: map[uint64]*mapping{}}
+	c := &child{conn: fc.(*net.UnixConn), maps: map[uint64]*mapping{}, claims: map[uint64]*ucp.Endpoint{}, early: map[*ucp.Endpoint][]byte{}}
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	m, fds, err := c.recv(buf, oob)
@@ -103,6 +109,8 @@ func serve() int {
 			c.doUnmap(m)
 		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" || m.Op == "flush"):
 			c.imp.do(m)
+		case !c.cfg.Import && len(fds) == 0 && (m.Op == "claim-accepted" || m.Op == "claim-refused"):
+			c.claimed(m.Seq, m.Op == "claim-accepted")
 		default:
 			for _, fd := range fds {
 				syscall.Close(fd)
@@ -153,7 +161,7 @@ func (c *child) accept() {
 			return
 		}
 		c.mu.Lock()
-		ok := c.bound == nil && len(c.pending) < 8 && cr.ClientAddr().Addr().Unmap() == c.cfg.Peer.Unmap()
+		ok := c.bound == nil && !c.binding && len(c.pending) < 8 && cr.ClientAddr().Addr().Unmap() == c.cfg.Peer.Unmap()
 		c.mu.Unlock()
 		if !ok {
 			cr.Reject()
@@ -167,39 +175,91 @@ func (c *child) accept() {
 		// before this goroutine files ep: then ep is the bound endpoint,
 		// not a late one.
 		c.mu.Lock()
-		late := c.bound != nil && c.bound != ep
-		if c.bound == nil {
+		late := c.bound != nil || c.binding
+		var seq uint64
+		header, early := c.early[ep]
+		delete(c.early, ep)
+		if !late {
 			c.pending = append(c.pending, ep)
+			if early {
+				seq = c.claimLocked(ep)
+			}
 		}
 		c.mu.Unlock()
-		if late {
+		switch {
+		case late:
 			ep.Close(context.Background(), ucp.CloseForce)
+		case early:
+			c.send(message{Op: "claim", Seq: seq, Key: header})
 		}
 	}
 }
 
-// onBind runs in the worker's progress: the endpoint whose first message
-// carries the token is the peer's; no other is kept.
+// onBind runs in the worker's progress: a bind message from an endpoint
+// accepted from the peer's host goes to the parent, which alone can judge
+// its header (the importer's sealed proof); this process holds nothing a
+// peer could read to forge one. Each endpoint claims once.
 func (c *child) onBind(m *ucp.AMMessage) {
 	ep := m.Reply()
-	if ep == nil || !bytes.Equal(m.Header, c.cfg.Token[:]) {
+	if ep == nil || len(m.Header) == 0 || len(m.Header) > maxKey {
 		return
 	}
+	header := bytes.Clone(m.Header)
 	c.mu.Lock()
-	if c.bound != nil {
+	if c.bound != nil || c.binding {
 		c.mu.Unlock()
 		return
 	}
+	if !slices.Contains(c.pending, ep) {
+		// The message can arrive (in the worker's progress) before the
+		// accepting goroutine files the endpoint it accepted: kept until
+		// then (accept).
+		if _, seen := c.early[ep]; !seen && len(c.early) < 8 {
+			c.early[ep] = header
+		}
+		c.mu.Unlock()
+		return
+	}
+	seq := c.claimLocked(ep)
+	c.mu.Unlock()
+	c.send(message{Op: "claim", Seq: seq, Key: header})
+}
+
+// claimLocked moves ep, which sent a bind message, from pending to the
+// claims the parent judges (one claim per endpoint), under c.mu.
+func (c *child) claimLocked(ep *ucp.Endpoint) uint64 {
+	if i := slices.Index(c.pending, ep); i >= 0 {
+		c.pending = slices.Delete(c.pending, i, i+1)
+	}
+	c.nclaim++
+	c.claims[c.nclaim] = ep
+	return c.nclaim
+}
+
+// claimed applies the parent's judgement of claim seq: the endpoint is
+// bound, or closed.
+func (c *child) claimed(seq uint64, ok bool) {
+	c.mu.Lock()
+	ep := c.claims[seq]
+	delete(c.claims, seq)
+	if ep == nil {
+		c.mu.Unlock()
+		return
+	}
+	if !ok || c.bound != nil || c.binding {
+		c.mu.Unlock()
+		go ep.Close(context.Background(), ucp.CloseForce)
+		return
+	}
+	c.binding = true
 	c.bound = ep
-	others := c.pending
-	c.pending = nil
+	others := append(c.pending, slices.Collect(maps.Values(c.claims))...)
+	c.pending, c.claims = nil, map[uint64]*ucp.Endpoint{}
 	c.mu.Unlock()
 	go func() {
 		c.l.Close()
 		for _, o := range others {
-			if o != ep {
-				o.Close(context.Background(), ucp.CloseForce)
-			}
+			o.Close(context.Background(), ucp.CloseForce)
 		}
 		// Nobody connects any more, the peer's host included: its
 		// endpoint is wired up, and another process there gets no

@@ -50,12 +50,15 @@ const (
 // exporter's, claims it with the token, and moves bytes between the
 // exporter's memory and a staging file it shares with its parent.
 type Config struct {
-	Name   string      `json:"name"`   // names the UCX context in UCX's logs
-	Listen netip.Addr  `json:"listen"` // exporter's: the address its UCX listener listens on (port chosen)
-	Peer   netip.Addr  `json:"peer"`   // the one host it exchanges segments with over tcp
-	Token  [16]byte    `json:"token"`  // the header of the bind message that claims the connection
-	AMBind uint16      `json:"ambind"` // the active message id of the bind message
-	UCX    [][2]string `json:"ucx"`    // UCX configuration of its context, in order
+	Name   string     `json:"name"`   // names the UCX context in UCX's logs
+	Listen netip.Addr `json:"listen"` // exporter's: the address its UCX listener listens on (port chosen)
+	Peer   netip.Addr `json:"peer"`   // the one host it exchanges segments with over tcp
+	AMBind uint16     `json:"ambind"` // the active message id of the bind message
+	// Bind is the header of the bind message an importer's sends (a
+	// proof its parent sealed); an exporter's holds none, and asks its
+	// parent about each header it is sent (Claim).
+	Bind []byte      `json:"bind,omitempty"`
+	UCX  [][2]string `json:"ucx"` // UCX configuration of its context, in order
 
 	Import  bool           `json:"import,omitempty"`  // an importer's data path
 	Connect netip.AddrPort `json:"connect"`           // importer's: the exporter's data path
@@ -107,6 +110,8 @@ type Proc struct {
 	wait map[uint64]chan message
 
 	imports    bool // an importer's data path
+	claims     func([]byte) bool
+	nclaims    int
 	port       uint16
 	ready      chan struct{}
 	bound      chan struct{}
@@ -121,10 +126,19 @@ type Proc struct {
 
 // Start starts an exporter's data-path process with cfg and returns once
 // its UCX listener listens (Port), or with the error that stopped it.
-func Start(ctx context.Context, cfg Config) (*Proc, error) {
+// claims judges the header of each bind message a connection from the
+// peer's host sends (at most maxClaims in all): the first it accepts
+// binds that connection (Bound), one it refuses closes it.
+func Start(ctx context.Context, cfg Config, claims func(header []byte) bool) (*Proc, error) {
 	cfg.Import = false
-	return start(ctx, cfg, nil)
+	if claims == nil || len(cfg.Bind) != 0 {
+		return nil, errors.New("data path: an exporter's judges its claims and holds no bind header")
+	}
+	return start(ctx, cfg, nil, claims)
 }
+
+// maxClaims bounds the bind messages an exporter's data path forwards.
+const maxClaims = 16
 
 // StartImport starts an importer's data-path process with cfg, handing it
 // staging (a shared file of cfg.Staging bytes, which it maps read-write
@@ -132,13 +146,13 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 // the token and completed the wire-up, or with the error that stopped it.
 func StartImport(ctx context.Context, cfg Config, staging *os.File) (*Proc, error) {
 	cfg.Import = true
-	if cfg.Chunk < 1 || cfg.Depth < 1 || cfg.Staging < 1 || staging == nil {
-		return nil, errors.New("data path: an importer's needs a chunk, a depth and a staging file")
+	if cfg.Chunk < 1 || cfg.Depth < 1 || cfg.Staging < 1 || staging == nil || len(cfg.Bind) == 0 || len(cfg.Bind) > maxKey {
+		return nil, errors.New("data path: an importer's needs a chunk, a depth, a staging file and a bind header")
 	}
-	return start(ctx, cfg, staging)
+	return start(ctx, cfg, staging, nil)
 }
 
-func start(ctx context.Context, cfg Config, f *os.File) (*Proc, error) {
+func start(ctx context.Context, cfg Config, f *os.File, claims func([]byte) bool) (*Proc, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("data path: socket pair: %w", err)
@@ -150,7 +164,7 @@ func start(ctx context.Context, cfg Config, f *os.File) (*Proc, error) {
 		theirs.Close()
 		return nil, fmt.Errorf("data path: %w", err)
 	}
-	p := &Proc{conn: fc.(*net.UnixConn), stderr: &tail{max: 4 << 10}, wait: map[uint64]chan message{}, imports: cfg.Import,
+	p := &Proc{conn: fc.(*net.UnixConn), stderr: &tail{max: 4 << 10}, wait: map[uint64]chan message{}, imports: cfg.Import, claims: claims,
 		ready: make(chan struct{}), bound: make(chan struct{}), peerFailed: make(chan struct{}), done: make(chan struct{})}
 	// The binary itself, under a name of its own; none of the parent's
 	// arguments and only the environment UCX and Go read: a secret passed
@@ -480,6 +494,19 @@ func (p *Proc) dispatch(b []byte) error {
 		}
 		p.port = m.Port
 		close(p.ready)
+		return nil
+	case "claim":
+		// A connection from the peer's host sent a bind message: its
+		// header must be the proof the importer sealed.
+		p.nclaims++
+		if p.imports || len(m.Key) == 0 || p.nclaims > maxClaims {
+			return fmt.Errorf("claim %d (%d header bytes)", p.nclaims, len(m.Key))
+		}
+		answer := "claim-refused"
+		if p.claims(m.Key) {
+			answer = "claim-accepted"
+		}
+		go p.send(message{Op: answer, Seq: m.Seq}, nil)
 		return nil
 	case "bound":
 		p.boundOnce.Do(func() { close(p.bound) })

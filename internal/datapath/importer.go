@@ -68,7 +68,7 @@ func (c *child) startImport(fds []int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := imp.ep.SendAM(ucp.AMID(c.cfg.AMBind), c.cfg.Token[:], nil, ucp.AMReply)
+	req, err := imp.ep.SendAM(ucp.AMID(c.cfg.AMBind), c.cfg.Bind, nil, ucp.AMReply)
 	if err != nil {
 		return err
 	}
