@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 	}
 	go exp.Serve(l)
 
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithConfig("NET_DEVICES", rawDevices()), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
 	if err != nil {
 		return err
 	}
@@ -143,6 +144,17 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 	return nil
 }
 
+// rawDevices binds the raw rows' UCX to the device share's data paths
+// use (share.DevicesFacing of the host address): with every device, UCX
+// striped the raw transfer over tcp on lo and on the network device, a
+// path share does not take.
+func rawDevices() string {
+	if d := share.DevicesFacing(netip.MustParseAddr(testproc.HostIP())); d != "" {
+		return d
+	}
+	return "all"
+}
+
 // sharePeer is the client's view of the peer.
 type sharePeer struct {
 	pid        int // the peer process's (the exporter's)
@@ -177,7 +189,7 @@ func startSharePeer(b *testing.B) *sharePeer {
 }
 
 // importer opens a session with the peer's exporter.
-func (p *sharePeer) importer(b *testing.B, chunk, depth int) *share.Region {
+func (p *sharePeer) importer(b *testing.B, chunk, depth int) (*share.Importer, *share.Region) {
 	sealer, err := share.NewHMACSealer(shareSecret)
 	if err != nil {
 		b.Fatal(err)
@@ -194,13 +206,13 @@ func (p *sharePeer) importer(b *testing.B, chunk, depth int) *share.Region {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return r
+	return imp, r
 }
 
 // rawRegion is the raw client: a context and worker like the importer's,
 // an endpoint to the peer's raw listener, the raw region unpacked on it.
 func (p *sharePeer) rawRegion(b *testing.B) ucp.RemoteRegion {
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", tlsTCP), ucp.WithConfig("NET_DEVICES", rawDevices()), ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -325,8 +337,22 @@ func benchShare(b *testing.B, write bool, configs [][2]int) {
 		if len(configs) > 1 {
 			name = fmt.Sprintf("/chunk=%dK/depth=%d", chunk>>10, depth)
 		}
+		// share: into and out of a Buffer the importer hands out (no copy
+		// in this process); share-slice: a Go slice (one copy through the
+		// staging file).
 		b.Run("share"+name, func(b *testing.B) {
-			benchShareRegion(b, p.importer(b, chunk, depth), p.buf, write)
+			imp, r := p.importer(b, chunk, depth)
+			buf, err := imp.NewBuffer(shareSize)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { buf.Close() })
+			copy(buf.Bytes(), p.buf)
+			benchShareRegion(b, r, buf.Bytes(), write)
+		})
+		b.Run("share-slice"+name, func(b *testing.B) {
+			_, r := p.importer(b, chunk, depth)
+			benchShareRegion(b, r, p.buf, write)
 		})
 		b.Run("raw"+name, func(b *testing.B) { benchRaw(b, rr, p.buf, chunk, depth, write) })
 	}

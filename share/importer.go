@@ -102,6 +102,8 @@ type Importer struct {
 	offBase  int      // the offload area's offset in stage
 	offMu    sync.Mutex
 	stageMem *ucp.Mem // stage registered in ctx, for the offload calls
+	bufMu    sync.Mutex
+	buffers  []*Buffer // open, for ReadAt and WriteAt without a copy
 
 	// This process's UCX: export mode's, or made for Worker and Context.
 	ucxMu   sync.Mutex

@@ -1005,3 +1005,56 @@ func TestNewcomerMemoryCloseWhileShared(t *testing.T) {
 	require.NoError(t, exp2.Close())
 	require.NoError(t, m2.Close(), "after the exporter's Close")
 }
+
+// A newcomer reads into and writes from a Buffer the importer hands out
+// (no copy in rkey mode), whole and through sub-slices at odd offsets,
+// with a cancelled ctx, and closes it in any order with the importer.
+func TestNewcomerBuffer(t *testing.T) {
+	s := sealer(t)
+	ctx := newcomerCtx(t)
+	m := memory(t, pattern(1<<20+5, 4))
+	want := append([]byte(nil), m.Bytes()...)
+	svc := newNewcomerService(t, s, map[string]*share.Memory{"m": m})
+	defer svc.l.Close()
+	defer svc.exp.Close()
+	c := newNewcomerClient(t, ctx, svc.addr(), s)
+	r := c.regions["m"]
+
+	buf, err := c.imp.NewBuffer(len(want))
+	require.NoError(t, err)
+	assert.Equal(t, len(want), buf.Len())
+	n, err := r.ReadAt(buf.Bytes(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, len(want), n)
+	assert.Equal(t, want, buf.Bytes())
+
+	part := buf.Bytes()[3:70001]
+	clear(part)
+	_, err = r.ReadAtContext(ctx, part, 7)
+	require.NoError(t, err)
+	assert.Equal(t, want[7:7+len(part)], part)
+
+	fresh := pattern(4096, 9)
+	copy(buf.Bytes()[11:], fresh)
+	_, err = r.WriteAt(buf.Bytes()[11:11+len(fresh)], 100)
+	require.NoError(t, err)
+	assert.Equal(t, fresh, m.Bytes()[100:100+len(fresh)], "the write is in the exporter's memory when WriteAt returns")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	n, err = r.ReadAtContext(cancelled, buf.Bytes(), 0)
+	isShareError(t, err, ucs.ErrCanceled)
+	assert.Zero(t, n)
+
+	// Past the end: io.EOF, as a caller's slice.
+	n, err = r.ReadAt(buf.Bytes()[:16], int64(len(want)-8))
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, 8, n)
+
+	require.NoError(t, c.imp.Close())
+	_, err = c.imp.NewBuffer(8)
+	isShareError(t, err, ucs.ErrClosed)
+	require.NoError(t, buf.Close(), "after the importer's Close")
+	assert.Nil(t, buf.Bytes())
+	require.NoError(t, buf.Close(), "twice")
+}

@@ -397,7 +397,13 @@ func (r *Region) move(ctx context.Context, op string, p []byte, off int64, write
 	}
 	defer r.release(g)
 	if g.dp {
-		n, err := r.moveStaged(ctx, p, off, write, g)
+		var n int
+		if b, boff := r.imp.bufferOf(p); b != nil {
+			n, err = r.moveDirect(ctx, p, off, write, g, b, boff)
+			b.release()
+		} else {
+			n, err = r.moveStaged(ctx, p, off, write, g)
+		}
 		return n, r.revokedDuring(op, err)
 	}
 	start := func(a, b int) (ucp.Request, error) {
@@ -448,6 +454,44 @@ func (r *Region) moveStaged(ctx context.Context, p []byte, off int64, write bool
 		}
 	}
 	return n, err
+}
+
+// moveDirect is move in rkey mode for p within Buffer b (at boff): one
+// request; the data path moves the bytes between the exporter's memory and
+// the buffer itself, pipelined, and this process copies nothing. When ctx
+// ends the data path is asked to start no more, and the call returns once
+// those in flight ended.
+func (r *Region) moveDirect(ctx context.Context, p []byte, off int64, write bool, g *igen, b *Buffer, boff int) (int, error) {
+	imp := r.imp
+	if err := ctx.Err(); err != nil {
+		return 0, stopped(err, 0, len(p))
+	}
+	mv := imp.dp.MoveBuffer(g.g.Gen, write, int(off), b.id, boff, len(p))
+	err := mv.Wait(ctx)
+	if err != nil && ctx.Err() != nil && err == ctx.Err() {
+		imp.dp.Cancel(mv)
+		waitInFlight(imp, ctx, mv)
+		return mv.Done(), stopped(ctx.Err(), mv.Done(), len(p))
+	}
+	if err != nil {
+		return mv.Done(), err
+	}
+	if write {
+		if err := waitInFlight(imp, ctx, imp.dp.Flush(g.g.Gen)); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// stopped is the error of a call whose ctx ended after done of total
+// bytes.
+func stopped(ce error, done, total int) error {
+	cause := ucs.ErrTimedOut
+	if ce == context.Canceled {
+		cause = ucs.ErrCanceled
+	}
+	return &ucs.Error{Op: "share: transfer", Err: cause, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
 }
 
 // stagedMove is one chunk of moveStaged in flight: a read copies the slot
@@ -530,11 +574,7 @@ func pipeline[R inflight](imp *Importer, ctx context.Context, total, chunk, dept
 	}
 	if first != nil {
 		if ce := ctx.Err(); ce != nil && first == ce {
-			cause := ucs.ErrTimedOut
-			if ce == context.Canceled {
-				cause = ucs.ErrCanceled
-			}
-			first = &ucs.Error{Op: "share: transfer", Err: cause, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
+			first = stopped(ce, done, total)
 		}
 	}
 	return done, first

@@ -107,7 +107,10 @@ func serve() int {
 			c.doMap(m, fds)
 		case m.Op == "unmap" && !c.cfg.Import:
 			c.doUnmap(m)
-		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" || m.Op == "flush"):
+		case c.cfg.Import && m.Op == "buffer":
+			c.imp.addBuffer(m, fds)
+		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" ||
+			m.Op == "flush" || m.Op == "unbuffer" || m.Op == "cancel"):
 			c.imp.do(m)
 		case !c.cfg.Import && len(fds) == 0 && (m.Op == "claim-accepted" || m.Op == "claim-refused"):
 			c.claimed(m.Seq, m.Op == "claim-accepted")

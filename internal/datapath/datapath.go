@@ -84,6 +84,9 @@ type message struct {
 	SOff  uint64  `json:"soff,omitempty"` // a move's offset in the staging file
 	// Status is the UCX status an error answer's cause is, 0 when none.
 	Status int8 `json:"status,omitempty"`
+	// Buf names a buffer of the parent's (importer's) a move uses instead
+	// of the staging file (0: the staging file).
+	Buf uint64 `json:"buf,omitempty"`
 }
 
 // answerErr is the error an "error" answer to op stands for: a *ucs.Error
@@ -141,9 +144,9 @@ func Start(ctx context.Context, cfg Config, claims func(header []byte) bool) (*P
 const maxClaims = 16
 
 // StartImport starts an importer's data-path process with cfg, handing it
-// staging (a shared file of cfg.Staging bytes, which it maps read-write
-// and registers), and returns once it has connected to cfg.Connect, sent
-// the token and completed the wire-up, or with the error that stopped it.
+// staging (a shared file of cfg.Staging bytes, which it maps read-write),
+// and returns once it has connected to cfg.Connect, sent the bind claim
+// and completed the wire-up, or with the error that stopped it.
 func StartImport(ctx context.Context, cfg Config, staging *os.File) (*Proc, error) {
 	cfg.Import = true
 	if cfg.Chunk < 1 || cfg.Depth < 1 || cfg.Staging < 1 || staging == nil || len(cfg.Bind) == 0 || len(cfg.Bind) > maxKey {
@@ -300,6 +303,40 @@ func (p *Proc) Move(gen uint64, write bool, off, soff, n int) *Move {
 	return p.async(message{Op: op, Gen: gen, Off: uint64(off), SOff: uint64(soff), Len: uint64(n)})
 }
 
+// AddBuffer hands an importer's data path f, a shared file of size bytes
+// it maps read-write, and returns the buffer's id for
+// MoveBuffer: moves into and out of it need no copy on the parent's side.
+func (p *Proc) AddBuffer(ctx context.Context, f *os.File, size int) (uint64, error) {
+	r, err := p.call(ctx, message{Op: "buffer", Size: uint64(size)}, f, "buffered")
+	if err == nil && r.Buf == 0 {
+		p.kill()
+		err = errors.New("data path: an answer to buffer names no buffer")
+	}
+	return r.Buf, err
+}
+
+// DropBuffer has an importer's data path deregister and unmap buffer id;
+// no move may use it then.
+func (p *Proc) DropBuffer(ctx context.Context, id uint64) error {
+	_, err := p.call(ctx, message{Op: "unbuffer", Buf: id}, nil, "unbuffered")
+	return err
+}
+
+// MoveBuffer is Move between the region and buffer buf at boff.
+func (p *Proc) MoveBuffer(gen uint64, write bool, off int, buf uint64, boff, n int) *Move {
+	op := "get"
+	if write {
+		op = "put"
+	}
+	return p.async(message{Op: op, Gen: gen, Off: uint64(off), Buf: buf, SOff: uint64(boff), Len: uint64(n)})
+}
+
+// Cancel asks the data path to start no more operations of mv; Wait then
+// returns soon, with the bytes moved in order so far (Done).
+func (p *Proc) Cancel(mv *Move) {
+	p.send(message{Op: "cancel", Seq: mv.seq}, nil)
+}
+
 // Flush has an importer's data path flush what it wrote through
 // generation gen: once Wait returned nil, the moves into it that ended
 // before are in the exporter's memory.
@@ -321,12 +358,16 @@ func (p *Proc) async(m message) *Move {
 
 // Move is a move (or flush) in flight in an importer's data path.
 type Move struct {
-	p    *Proc
-	seq  uint64
-	ch   chan message
-	err  error
-	done bool
+	p     *Proc
+	seq   uint64
+	ch    chan message
+	err   error
+	done  bool
+	moved uint64
 }
+
+// Done is how many bytes of the move completed in order (after Wait).
+func (mv *Move) Done() int { return int(mv.moved) }
 
 // Wait waits for the move until ctx ends (then it is still in flight:
 // the staging bytes are the data path's until it ends, or the process
@@ -338,6 +379,7 @@ func (mv *Move) Wait(ctx context.Context) error {
 	if mv.err == nil {
 		select {
 		case r := <-mv.ch:
+			mv.moved = r.Len
 			switch r.Op {
 			case "moved":
 			case "error":
@@ -514,7 +556,7 @@ func (p *Proc) dispatch(b []byte) error {
 	case "peer-failed":
 		p.failOnce.Do(func() { close(p.peerFailed) })
 		return nil
-	case "mapped", "unmapped", "unpacked", "dropped", "moved", "error":
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()
