@@ -198,6 +198,10 @@ share_rows='ShareRead64M ShareWrite64M'
 # Both sides over the machine's network address, as the Go rows' exporter
 # (testproc.HostIP): share's data path binds UCX to that device.
 share_addr=$(. ci/lib.sh && host_ip)
+# and UCX bound to its device, as share's data paths and the Go raw rows
+# are (with every device, UCX stripes one transfer over lo and the network
+# device).
+share_dev=$(. ci/lib.sh && dev_of "$share_addr")
 share_iters=$(( iters / 1000 > 2 ? iters / 1000 : 2 ))
 # The twin moves what share does: share.DefaultChunk bytes per operation,
 # share.DefaultDepth in flight, read from package share itself.
@@ -300,7 +304,7 @@ for p in $(seq "$pairs"); do
 		if [ "$side" = go ]; then
 			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} gobench "$share_iters" $share_rows >"$work/sgo.$p"
 		else
-			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} BENCH_SHARE_CHUNK=$share_chunk BENCH_SHARE_DEPTH=$share_depth BENCH_SHARE_ADDR=$share_addr \
+			pin=$pin_client BENCH_PEER_CPU=${pin_server:+1} BENCH_SHARE_CHUNK=$share_chunk BENCH_SHARE_DEPTH=$share_depth BENCH_SHARE_ADDR=$share_addr UCX_NET_DEVICES=${share_dev:-all} \
 				twin "$share_iters" $share_rows >"$work/sc.$p"
 		fi
 	done

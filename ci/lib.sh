@@ -65,3 +65,8 @@ host_ip() {
 	a=$(ip -4 -o addr show scope global up 2>/dev/null | awk '{ split($4, x, "/"); print x[1]; exit }')
 	echo "${a:-127.0.0.1}"
 }
+
+# dev_of IP: the network interface holding address IP ("" when none).
+dev_of() {
+	ip -4 -o addr show 2>/dev/null | awk -v a="$1" '{ split($4, x, "/"); if (x[1] == a) { print $2; exit } }'
+}

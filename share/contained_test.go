@@ -551,6 +551,30 @@ func TestContainedImporterProcess(t *testing.T) {
 	assert.NotContains(t, p.Output(), "WRONG")
 }
 
+// The importer's data path dies (SIGKILL) while the importer streams
+// reads: the importer's process lives on, its session ends with a reason
+// that says so, and it closes cleanly; the exporter ends that session and
+// serves the next importer.
+func TestContainedImporterDataPathKilled(t *testing.T) {
+	want := pattern(64<<10, 1)
+	mem := newMemory(t, want)
+	e, addr := serve(t)
+	require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead))
+	p := startImporter(t, nil, "-connect", addr, "-read", "r:1", "-chunk", "16384")
+	p.WaitLine(t, "STREAMING", bound)
+	kids := childrenOf(t, p.Pid())
+	require.Len(t, kids, 1, "one data-path process per session")
+	require.NoError(t, syscall.Kill(kids[0], syscall.SIGKILL))
+	sessionEnds(t, e)
+	require.True(t, processAlive(p.Pid()), "the importer's process died with its data path")
+	assert.Contains(t, ask(t, p, "count", "COUNT"), "fails=", "the importer answers")
+	p.CloseStdin()
+	assert.Equal(t, "err=<nil>", strings.Fields(p.WaitLine(t, "CLOSED", bound))[1])
+	assert.Equal(t, 0, p.Wait(t, bound), "the importer's exit code")
+	assert.NotContains(t, p.Output(), "WRONG")
+	stillServes(t, addr, "r", want)
+}
+
 // tcpSockets is the TCP sockets (any state) process pid holds, as
 // "local remote state" lines.
 func tcpSockets(t *testing.T, pid int) []string {

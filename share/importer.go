@@ -124,6 +124,7 @@ type Importer struct {
 	// loopStarted: the read loop runs (after the handshake), and closes
 	// readDone when it ends.
 	loopStarted bool
+	dpEnded     string // why the data path ended, when that ended the session
 	lastGen     uint64    // the newest generation granted in this session
 	closing     bool      // shutting down: grants for new regions are dropped
 	every       []*Region // every region made, those replaced by a newer one of their id too
@@ -193,6 +194,9 @@ func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOpt
 	conn.SetDeadline(time.Time{})
 	imp.loopStarted = true
 	go imp.readLoop()
+	if imp.dp != nil {
+		go imp.watchDataPath()
+	}
 	if o.name != "" {
 		if err := publish("importer."+o.name, imp, func() any { return imp.Stats() }); err != nil {
 			imp.o.name = ""
@@ -406,6 +410,35 @@ func (imp *Importer) openGrant(sealed []byte) (*grant, error) {
 	return g, nil
 }
 
+// watchDataPath ends the session when its data path ends, or its
+// endpoint to the exporter's fails (the exporter's data path ended): it
+// closes the control connection, and the read loop ends every region with
+// the reason.
+func (imp *Importer) watchDataPath() {
+	var why string
+	select {
+	case <-imp.dp.Done():
+		why = "the session's data path ended: " + imp.dp.Err().Error()
+	case <-imp.dp.PeerFailed():
+		// An exporter that ends the session says so on the control
+		// connection, but the two travel apart: give its word a moment.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-imp.readDone:
+			return
+		case <-t.C:
+		}
+		why = "the session's data connection to the exporter failed"
+	case <-imp.readDone:
+		return
+	}
+	imp.mu.Lock()
+	imp.dpEnded = why
+	imp.mu.Unlock()
+	imp.conn.Close()
+}
+
 // readLoop handles the exporter's frames after the handshake.
 func (imp *Importer) readLoop() {
 	defer close(imp.readDone)
@@ -416,6 +449,11 @@ func (imp *Importer) readLoop() {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				reason += ": " + err.Error()
 			}
+			imp.mu.Lock()
+			if imp.dpEnded != "" {
+				reason = imp.dpEnded
+			}
+			imp.mu.Unlock()
 			imp.endAll(reason)
 			return
 		}
