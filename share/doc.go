@@ -86,8 +86,9 @@
 // The importer's side, in rkey mode, is the same: its session's UCX runs
 // in a data-path process of its own, which connects to the exporter's,
 // moves bytes between the exporter's memory and a staging file it shares
-// with the importer, and holds no secret; no UCX runs in the importer's
-// process unless Importer.Worker is asked for (offload).
+// with the importer (or a Buffer, without a copy), holds no secret, and
+// makes the offload calls' connections to third peers; no UCX runs in the
+// importer's process.
 //
 // One UCX issue is not prevented: in rkey mode over tcp, an importer that
 // dies (or loses its link) while its reads are in flight can make UCX
@@ -96,13 +97,14 @@
 //
 // # Offload
 //
-// Region.CopyTo, CopyFrom, SendAM and ReceiveAM move a region's bytes to
-// or from a third peer reached through an endpoint of Importer.Worker (a
-// worker in the importer's process, made on first use in rkey mode and
-// connected to no one but the peers the caller connects it to): in export
-// mode straight from the imported mapping, in rkey mode through the
-// staging area shared with the data path (WithStaging bytes), one
-// offload call at a time per session.
+// Importer.ConnectPeer connects to a third peer's UCX listener, and
+// Peer.UnpackRegion takes a region it packed; Importer.OpenAMQueue takes
+// the active messages third peers send. Region.CopyTo, CopyFrom, SendAM
+// and ReceiveAM move a region's bytes to or from such a peer, as UCX's DPU
+// daemon for ucx_perftest does: in rkey mode inside the session's data
+// path, through the offload area of its staging file (WithStaging
+// bytes); in export mode straight from the imported mapping. One offload
+// call runs at a time per session.
 //
 // # Counters
 //

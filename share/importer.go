@@ -51,9 +51,9 @@ func WithDepth(n int) ImporterOption { return func(o *importerOptions) { o.depth
 // DefaultChunk).
 func WithChunk(n int) ImporterOption { return func(o *importerOptions) { o.chunk = n } }
 
-// WithStaging is the size of the staging buffer offload uses in rkey mode
-// (default DefaultStaging): the largest active message SendAM and
-// ReceiveAM move there.
+// WithStaging is the size of the offload area of the staging file in rkey
+// mode (default DefaultStaging): the largest active message SendAM and
+// ReceiveAM move, and what CopyTo and CopyFrom move at a time (in halves).
 func WithStaging(n int) ImporterOption { return func(o *importerOptions) { o.staging = n } }
 
 // WithDialTimeout bounds the session's handshake (default
@@ -83,9 +83,8 @@ func WithImporterExpvarName(name string) ImporterOption {
 // Importer is one session with an exporter: the regions it granted, read
 // and written in place through ReadAt and WriteAt, and moved to or from
 // third peers by the offload calls. In rkey mode the session's UCX runs in
-// a data-path process of its own, which alone connects to the exporter:
-// no UCX worker runs in this process unless Worker or Context is asked for
-// (for the offload calls' third peers). Close drops every key and
+// a data-path process of its own, which alone connects to the exporter and
+// to the third peers: no UCX runs in this process. Close drops every key and
 // acknowledges; an importer that dies or loses its connection is cut off
 // by the exporter.
 type Importer struct {
@@ -98,10 +97,11 @@ type Importer struct {
 	// it: call slots for ReadAt and WriteAt, then the offload area.
 	dp       *datapath.Proc
 	stage    *datapath.Memfd
-	calls    chan int // free call slots
-	offBase  int      // the offload area's offset in stage
-	offMu    sync.Mutex
-	stageMem *ucp.Mem // stage registered in ctx, for the offload calls
+	calls    chan int   // free call slots
+	offBase  int        // the offload area's offset in stage
+	offMu    sync.Mutex // one offload call at a time
+	peers    []*Peer
+	amQueues map[ucp.AMID]*AMQueue // rkey mode
 	bufMu    sync.Mutex
 	buffers  []*Buffer // open, for ReadAt and WriteAt without a copy
 
@@ -124,7 +124,7 @@ type Importer struct {
 	// loopStarted: the read loop runs (after the handshake), and closes
 	// readDone when it ends.
 	loopStarted bool
-	dpEnded     string // why the data path ended, when that ended the session
+	dpEnded     string    // why the data path ended, when that ended the session
 	lastGen     uint64    // the newest generation granted in this session
 	closing     bool      // shutting down: grants for new regions are dropped
 	every       []*Region // every region made, those replaced by a newer one of their id too
@@ -561,29 +561,8 @@ func (imp *Importer) Mode() Mode { return imp.hello.Mode }
 // ExporterUCX is the exporter's UCX release.
 func (imp *Importer) ExporterUCX() ucs.Version { return imp.hello.UCX }
 
-// Worker is the importer's UCX worker in this process, for endpoints to
-// third peers that the offload calls use; the Importer progresses and
-// closes it. In rkey mode it is made on the first call, and is connected
-// to no one but the peers the caller connects it to (the exporter is
-// reached through the session's data path): like any UCX worker, it is
-// reachable by whoever reaches its interfaces (docs/security.md).
-func (imp *Importer) Worker() (*ucp.Worker, error) {
-	if _, err := imp.ucx(); err != nil {
-		return nil, err
-	}
-	return imp.w, nil
-}
-
-// Context is the importer's UCX context in this process, for memory the
-// offload calls and the third peers use (made with Worker); the Importer
-// closes it.
-func (imp *Importer) Context() (*ucp.Context, error) {
-	return imp.ucx()
-}
-
-// ucx makes this process's UCX context and worker once: export mode's
-// (which imports the exporter's keys), or rkey mode's for the offload
-// calls.
+// ucx makes this process's UCX context and worker once (export mode:
+// they import the exporter's keys, and hold the offload calls' peers).
 func (imp *Importer) ucx() (*ucp.Context, error) {
 	imp.ucxMu.Lock()
 	defer imp.ucxMu.Unlock()
@@ -656,7 +635,8 @@ func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) err
 		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
 	}
 	cfg := datapath.Config{Name: "ucxshare-importer", Peer: addr.Addr(), Bind: bind, AMBind: uint16(amBind),
-		UCX: imp.o.config, Connect: addr, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size()}
+		UCX: imp.o.config, Connect: addr, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size(),
+		OffBase: imp.offBase, OffSize: imp.o.staging}
 	if local, err := netip.ParseAddrPort(imp.conn.LocalAddr().String()); err == nil && !configures(cfg.UCX, "NET_DEVICES") {
 		if dev := DevicesFacing(local.Addr()); dev != "" {
 			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
@@ -671,6 +651,8 @@ func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) err
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the session's data path did not start", Wrapped: err}
 	}
 	imp.dp = dp
+	imp.amQueues = map[ucp.AMID]*AMQueue{}
+	dp.OnAM(imp.onAM)
 	return nil
 }
 
@@ -783,17 +765,22 @@ func (imp *Importer) shutdown(reason string) {
 	imp.teardown()
 }
 
-// teardown ends the data path and closes this process's UCX.
+// teardown closes the peers, ends the data path and closes this
+// process's UCX.
 func (imp *Importer) teardown() {
+	imp.mu.Lock()
+	peers := imp.peers
+	imp.peers = nil
+	imp.mu.Unlock()
 	if imp.dp != nil {
-		imp.dp.Close()
+		imp.dp.Close() // its peers, queues and regions with it
+	}
+	for _, p := range peers {
+		p.Close()
 	}
 	imp.ucxMu.Lock()
 	defer imp.ucxMu.Unlock()
 	imp.ucxErr = errs.New("share: importer UCX", ucs.ErrClosed, "the importer is closed")
-	if imp.stageMem != nil {
-		imp.stageMem.Close()
-	}
 	if imp.stage != nil {
 		imp.stage.Close()
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 )
 
 // shifted is the seed of pattern(n, seed)'s bytes from off on:
@@ -44,30 +43,25 @@ func TestOffloadThreeProcesses(t *testing.T) {
 	require.Equal(t, share.ModeRkey, imp.Mode())
 	hr, err := imp.Region("h")
 	require.NoError(t, err)
-	w, err := imp.Worker()
-	require.NoError(t, err)
-	regionQ, err := w.OpenAMQueue(amPeerRegion)
+	// The peer sends its region once connected: the queue comes first.
+	regionQ, err := imp.OpenAMQueue(amPeerRegion)
 	require.NoError(t, err)
 	defer regionQ.Close()
-	dataQ, err := w.OpenAMQueue(amToDPU)
+	dataQ, err := imp.OpenAMQueue(amToDPU)
 	require.NoError(t, err)
 	defer dataQ.Close()
-	ep, err := w.Connect(peerAddr)
-	require.NoError(t, err)
-	closeEP := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		defer cancel()
-		return ep.Close(ctx, ucp.CloseFlush)
-	}
-	defer closeEP() // on failure; closed below otherwise
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	pe, err := imp.ConnectPeer(ctx, peerAddr)
+	require.NoError(t, err)
+	defer pe.Close() // on failure; closed below otherwise
 	m, err := regionQ.Receive(ctx)
 	require.NoError(t, err)
 	peer.WaitLine(t, "SENT-REGION", bound)
-	pr, err := ep.UnpackRegion(ctx, m.Data)
+	require.False(t, m.IsRendezvous())
+	pr, err := pe.UnpackRegion(ctx, m.Data)
 	require.NoError(t, err)
-	defer pr.Key().Close()
+	defer pr.Close()
 	require.GreaterOrEqual(t, pr.Len(), size, "the peer's memory (Allocate rounds it up)")
 
 	hostCheck := func(seed byte, off, n int) string {
@@ -99,7 +93,7 @@ func TestOffloadThreeProcesses(t *testing.T) {
 	// against the seed in its header.
 	require.Equal(t, "", ask(t, host, "fill h 41", "FILLED"))
 	const amOff, amLen = 5, staging - 3
-	require.NoError(t, hr.SendAM(ctx, ep, amToPeer, []byte{shifted(41, amOff)}, amOff, amLen))
+	require.NoError(t, hr.SendAM(ctx, pe, amToPeer, []byte{shifted(41, amOff)}, amOff, amLen))
 	assert.Equal(t, fmt.Sprintf("ok rndv=true len=%d", amLen), peer.WaitLine(t, "AM", bound), "the peer received the host's bytes")
 
 	// ReceiveAM: the peer sends staging-1 bytes (pattern 51); the DPU lands
@@ -125,8 +119,8 @@ func TestOffloadThreeProcesses(t *testing.T) {
 	assert.Equal(t, int64(n+rLen), st.BytesWritten)
 	assert.Zero(t, st.Errors)
 
-	assert.NoError(t, pr.Key().Close())
-	assert.NoError(t, closeEP())
+	assert.NoError(t, pr.Close())
+	assert.NoError(t, pe.Close())
 	peer.CloseStdin()
 	peer.WaitLine(t, "DONE", bound)
 	assert.Equal(t, 0, peer.Wait(t, bound), "the peer's exit code")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -112,6 +111,8 @@ func serve() int {
 		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" ||
 			m.Op == "flush" || m.Op == "unbuffer" || m.Op == "cancel"):
 			c.imp.do(m)
+		case c.cfg.Import && len(fds) == 0 && offloadOps[m.Op]:
+			c.imp.doOffload(m)
 		case !c.cfg.Import && len(fds) == 0 && (m.Op == "claim-accepted" || m.Op == "claim-refused"):
 			c.claimed(m.Seq, m.Op == "claim-accepted")
 		default:
@@ -267,7 +268,7 @@ func (c *child) claimed(seq uint64, ok bool) {
 		// Nobody connects any more, the peer's host included: its
 		// endpoint is wired up, and another process there gets no
 		// connection to this one.
-		if _, err := fence(netip.Addr{}); err != nil {
+		if _, err := fence(); err != nil {
 			fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
 			os.Exit(3)
 		}
@@ -409,3 +410,7 @@ func closeInherited() {
 		}
 	}
 }
+
+// offloadOps are the requests of an importer's offload side.
+var offloadOps = map[string]bool{"peer-connect": true, "peer-close": true, "peer-unpack": true, "peer-region-close": true,
+	"am-open": true, "am-close": true, "am-drop": true, "copy-to": true, "copy-from": true, "send-am": true, "am-receive": true}

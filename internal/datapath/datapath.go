@@ -65,6 +65,8 @@ type Config struct {
 	Chunk   int            `json:"chunk,omitempty"`   // importer's: bytes of one RMA operation
 	Depth   int            `json:"depth,omitempty"`   // importer's: operations of one move in flight
 	Staging int            `json:"staging,omitempty"` // importer's: bytes of the staging file
+	OffBase int            `json:"offbase,omitempty"` // importer's: where the offload area starts in it
+	OffSize int            `json:"offsize,omitempty"` // importer's: the offload area's bytes
 }
 
 // message is one message either way on the process's socket.
@@ -85,8 +87,13 @@ type message struct {
 	// Status is the UCX status an error answer's cause is, 0 when none.
 	Status int8 `json:"status,omitempty"`
 	// Buf names a buffer of the parent's (importer's) a move uses instead
-	// of the staging file (0: the staging file).
-	Buf uint64 `json:"buf,omitempty"`
+	// of the staging file (0: the staging file); in offload requests, a
+	// peer, a peer's region or an active message.
+	Buf  uint64 `json:"buf,omitempty"`
+	Peer string `json:"peer,omitempty"` // a third peer's address (ip:port)
+	AM   uint16 `json:"am,omitempty"`   // an active message id
+	Data []byte `json:"data,omitempty"` // an eager active message's data
+	Rndv bool   `json:"rndv,omitempty"` // a rendezvous active message
 }
 
 // answerErr is the error an "error" answer to op stands for: a *ucs.Error
@@ -114,6 +121,7 @@ type Proc struct {
 
 	imports    bool // an importer's data path
 	claims     func([]byte) bool
+	onAM       func(AM)
 	nclaims    int
 	port       uint16
 	ready      chan struct{}
@@ -331,6 +339,85 @@ func (p *Proc) MoveBuffer(gen uint64, write bool, off int, buf uint64, boff, n i
 	return p.async(message{Op: op, Gen: gen, Off: uint64(off), Buf: buf, SOff: uint64(boff), Len: uint64(n)})
 }
 
+// The offload side of an importer's data path. Each request returns at
+// once; Wait waits for it (and a request whose Wait gave up on its ctx
+// still runs to its end there).
+
+// ConnectPeer connects the data path to a third peer's listener at addr
+// (ip:port), letting the peer's host through its fence; ID names the peer.
+func (p *Proc) ConnectPeer(addr string) *Move {
+	return p.request(message{Op: "peer-connect", Peer: addr}, "peer")
+}
+
+// ClosePeer closes peer id's endpoint.
+func (p *Proc) ClosePeer(id uint64) *Move {
+	return p.request(message{Op: "peer-close", Buf: id}, "done")
+}
+
+// UnpackPeerRegion unpacks a region peer id packed (ucp.Mem.PackRegion);
+// ID names it, Len is its length.
+func (p *Proc) UnpackPeerRegion(peer uint64, packed []byte) *Move {
+	return p.request(message{Op: "peer-unpack", Buf: peer, Key: packed}, "peer-region")
+}
+
+// ClosePeerRegion releases peer region id.
+func (p *Proc) ClosePeerRegion(id uint64) *Move {
+	return p.request(message{Op: "peer-region-close", Buf: id}, "done")
+}
+
+// OpenAMQueue has the data path take the active messages of id from any
+// peer, and report each (OnAM).
+func (p *Proc) OpenAMQueue(id uint16) *Move { return p.request(message{Op: "am-open", AM: id}, "done") }
+
+// CloseAMQueue closes the queue of id.
+func (p *Proc) CloseAMQueue(id uint16) *Move {
+	return p.request(message{Op: "am-close", AM: id}, "done")
+}
+
+// DropAM drops reported message id.
+func (p *Proc) DropAM(id uint64) { p.send(message{Op: "am-drop", Buf: id}, nil) }
+
+// CopyTo copies n bytes of generation gen at off to peer region pr at
+// prOff (CopyFrom: the other way), through the offload area, flushed.
+func (p *Proc) CopyTo(gen uint64, off, n int, pr uint64, prOff int) *Move {
+	return p.async(message{Op: "copy-to", Gen: gen, Off: uint64(off), Len: uint64(n), Buf: pr, SOff: uint64(prOff)})
+}
+
+// CopyFrom is CopyTo from the peer's region into the exporter's.
+func (p *Proc) CopyFrom(gen uint64, off, n int, pr uint64, prOff int) *Move {
+	return p.async(message{Op: "copy-from", Gen: gen, Off: uint64(off), Len: uint64(n), Buf: pr, SOff: uint64(prOff)})
+}
+
+// SendAM sends n bytes of generation gen at off to peer as one rendezvous
+// active message id with header.
+func (p *Proc) SendAM(gen uint64, off, n int, peer uint64, id uint16, header []byte) *Move {
+	return p.async(message{Op: "send-am", Gen: gen, Off: uint64(off), Len: uint64(n), Buf: peer, AM: id, Key: header})
+}
+
+// ReceiveAM receives reported message msg (n bytes) into generation gen
+// at off, flushed.
+func (p *Proc) ReceiveAM(gen uint64, off, n int, msg uint64) *Move {
+	return p.async(message{Op: "am-receive", Gen: gen, Off: uint64(off), Len: uint64(n), Buf: msg})
+}
+
+// AM is an active message a peer sent the data path, reported (OnAM).
+type AM struct {
+	ID     uint64 // the data path's, for ReceiveAM and DropAM
+	AMID   uint16
+	Header []byte
+	Data   []byte // an eager message's
+	Len    int
+	Rndv   bool
+}
+
+// OnAM sets what is told of each active message a queue takes; it runs
+// in the process's reader and must not block.
+func (p *Proc) OnAM(f func(AM)) {
+	p.mu.Lock()
+	p.onAM = f
+	p.mu.Unlock()
+}
+
 // Cancel asks the data path to start no more operations of mv; Wait then
 // returns soon, with the bytes moved in order so far (Done).
 func (p *Proc) Cancel(mv *Move) {
@@ -344,8 +431,10 @@ func (p *Proc) Flush(gen uint64) *Move {
 	return p.async(message{Op: "flush", Gen: gen})
 }
 
-func (p *Proc) async(m message) *Move {
-	mv := &Move{p: p, ch: make(chan message, 1)}
+func (p *Proc) async(m message) *Move { return p.request(m, "moved") }
+
+func (p *Proc) request(m message, want string) *Move {
+	mv := &Move{p: p, ch: make(chan message, 1), want: want}
 	p.mu.Lock()
 	p.seq++
 	mv.seq = p.seq
@@ -356,15 +445,24 @@ func (p *Proc) async(m message) *Move {
 	return mv
 }
 
-// Move is a move (or flush) in flight in an importer's data path.
+// Move is a move (or flush, or another request) in flight in an
+// importer's data path.
 type Move struct {
 	p     *Proc
 	seq   uint64
 	ch    chan message
+	want  string // the answer that completes it ("moved" unless said)
+	ans   message
 	err   error
 	done  bool
 	moved uint64
 }
+
+// ID is the id the answer named (a peer's, a peer region's), after Wait.
+func (mv *Move) ID() uint64 { return mv.ans.Buf }
+
+// Len is the length the answer named (a peer region's), after Wait.
+func (mv *Move) Len() int { return int(mv.ans.Len) }
 
 // Done is how many bytes of the move completed in order (after Wait).
 func (mv *Move) Done() int { return int(mv.moved) }
@@ -380,8 +478,13 @@ func (mv *Move) Wait(ctx context.Context) error {
 		select {
 		case r := <-mv.ch:
 			mv.moved = r.Len
+			want := mv.want
+			if want == "" {
+				want = "moved"
+			}
 			switch r.Op {
-			case "moved":
+			case want:
+				mv.ans = r
 			case "error":
 				mv.err = answerErr("move", r)
 			default:
@@ -556,7 +659,20 @@ func (p *Proc) dispatch(b []byte) error {
 	case "peer-failed":
 		p.failOnce.Do(func() { close(p.peerFailed) })
 		return nil
-	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "error":
+	case "am":
+		if !p.imports || len(m.Data) > maxMessage || m.Len > 1<<40 {
+			return fmt.Errorf("an active message report out of bounds")
+		}
+		p.mu.Lock()
+		f := p.onAM
+		p.mu.Unlock()
+		if f == nil {
+			go p.DropAM(m.Buf)
+			return nil
+		}
+		f(AM{ID: m.Buf, AMID: m.AM, Header: m.Key, Data: m.Data, Len: int(m.Len), Rndv: m.Rndv})
+		return nil
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()

@@ -13,15 +13,15 @@ import (
 
 // fence attaches a socket filter to every listening TCP socket of this
 // process (UCX's tcp interfaces and its connection listener): a segment
-// from any source address but peer is dropped before TCP sees it, so no
+// from any source address but peers' is dropped before TCP sees it, so no
 // other host completes a connection to this process, sends it a byte or
-// reaches its UCX. A zero peer drops every segment: no one connects any
-// more. Connections accepted before keep the filter they were accepted
+// reaches its UCX. With no peer (or only zero ones) it drops every
+// segment: no one connects any more. Connections accepted before keep the filter they were accepted
 // under (a socket inherits its listener's). It returns how many sockets
 // it fenced. It covers tcp only: RDMA devices are reached without a
 // socket.
-func fence(peer netip.Addr) (int, error) {
-	prog := fenceProgram(peer)
+func fence(peers ...netip.Addr) (int, error) {
+	prog := fenceProgram(peers...)
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return 0, err
@@ -105,50 +105,79 @@ func listeningTCP(fd int) bool {
 }
 
 // fenceProgram is a classic BPF program that keeps a segment whose IP
-// source address is peer (IPv4 or IPv6) and drops any other. It reads the
-// IP header at the kernel's network-header offset (SKF_NET_OFF), since a
-// TCP socket's filter starts at the TCP header.
-func fenceProgram(peer netip.Addr) []syscall.SockFilter {
+// source address is one of peers (IPv4 or IPv6) and drops any other (all,
+// with no peer). It reads the IP header at the kernel's network-header
+// offset (SKF_NET_OFF), since a TCP socket's filter starts at the TCP
+// header.
+func fenceProgram(peers ...netip.Addr) []syscall.SockFilter {
 	const (
 		netOff = -0x100000 // SKF_NET_OFF
 		ldB    = syscall.BPF_LD | syscall.BPF_B | syscall.BPF_ABS
 		ldW    = syscall.BPF_LD | syscall.BPF_W | syscall.BPF_ABS
 		and    = syscall.BPF_ALU | syscall.BPF_AND | syscall.BPF_K
 		jeq    = syscall.BPF_JMP | syscall.BPF_JEQ | syscall.BPF_K
+		ja     = syscall.BPF_JMP | syscall.BPF_JA
 		ret    = syscall.BPF_RET | syscall.BPF_K
 	)
+	// Instructions whose jumps name labels ("" is the next instruction),
+	// resolved at the end.
+	type ins struct {
+		code   uint16
+		k      uint32
+		jt, jf string
+		label  string // this instruction's
+	}
 	k := func(off int32) uint32 { return uint32(netOff + off) }
-	drop := []syscall.SockFilter{{Code: ret, K: 0}}
-	if !peer.IsValid() {
-		return drop
-	}
-	peer = peer.Unmap()
-	var words []uint32 // the source address, 32 bits at a time
-	var version uint32
-	var srcOff int32
-	if peer.Is4() {
-		a := peer.As4()
-		words, version, srcOff = []uint32{binary.BigEndian.Uint32(a[:])}, 0x40, 12
-	} else {
-		a := peer.As16()
-		for i := 0; i < 16; i += 4 {
-			words = append(words, binary.BigEndian.Uint32(a[i:]))
+	var v4, v6 []netip.Addr
+	for _, a := range peers {
+		switch a = a.Unmap(); {
+		case a.Is4():
+			v4 = append(v4, a)
+		case a.Is6():
+			v6 = append(v6, a)
 		}
-		version, srcOff = 0x60, 8
 	}
-	// ldb version; and 0xf0; jeq version (else drop); then per word: ld; jeq
-	// (else drop); keep.
-	n := 3 + 2*len(words) // instructions before "keep"
-	p := []syscall.SockFilter{
-		{Code: ldB, K: k(0)},
-		{Code: and, K: 0xf0},
-		{Code: jeq, Jt: 0, Jf: uint8(n - 2), K: version}, // to drop, one past keep
+	p := []ins{{code: ldB, k: k(0)}, {code: and, k: 0xf0}, {code: jeq, k: 0x40, jf: "v6"}}
+	if len(v4) > 0 {
+		p = append(p, ins{code: ldW, k: k(12)})
+		for _, a := range v4 {
+			b := a.As4()
+			p = append(p, ins{code: jeq, k: binary.BigEndian.Uint32(b[:]), jt: "keep"})
+		}
 	}
-	for i, w := range words {
-		p = append(p,
-			syscall.SockFilter{Code: ldW, K: k(srcOff + int32(4*i))},
-			syscall.SockFilter{Code: jeq, Jt: 0, Jf: uint8(n - len(p) - 1), K: w})
+	p = append(p, ins{code: ja, jt: "drop"}, ins{code: ldB, k: k(0), label: "v6"}, ins{code: and, k: 0xf0},
+		ins{code: jeq, k: 0x60, jf: "drop"})
+	for i, a := range v6 {
+		b := a.As16()
+		next := fmt.Sprintf("v6-%d", i+1)
+		for w := 0; w < 4; w++ {
+			p = append(p, ins{code: ldW, k: k(8 + int32(4*w))},
+				ins{code: jeq, k: binary.BigEndian.Uint32(b[4*w:]), jf: next})
+		}
+		p = append(p, ins{code: ja, jt: "keep"}, ins{code: ja, jt: "drop", label: next})
 	}
-	p = append(p, syscall.SockFilter{Code: ret, K: 0xffffffff}) // keep the whole segment
-	return append(p, drop...)
+	p = append(p, ins{code: ja, jt: "drop"}, ins{code: ret, k: 0xffffffff, label: "keep"}, ins{code: ret, k: 0, label: "drop"})
+	at := map[string]int{}
+	for i, x := range p {
+		if x.label != "" {
+			at[x.label] = i
+		}
+	}
+	out := make([]syscall.SockFilter, len(p))
+	for i, x := range p {
+		f := syscall.SockFilter{Code: x.code, K: x.k}
+		rel := func(l string) int {
+			if l == "" {
+				return 0
+			}
+			return at[l] - i - 1
+		}
+		if x.code == ja {
+			f.K = uint32(rel(x.jt))
+		} else if x.code == jeq {
+			f.Jt, f.Jf = uint8(rel(x.jt)), uint8(rel(x.jf))
+		}
+		out[i] = f
+	}
+	return out
 }

@@ -89,7 +89,7 @@ func TestFenceAdmitsOnlyThePeer(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 
-	_, err = fence(netip.Addr{})
+	_, err = fence()
 	require.NoError(t, err)
 	assert.False(t, accepts(t, l, host), "the peer, once closed")
 	_, err = kept.Write([]byte("y"))
@@ -151,4 +151,23 @@ func TestCutOthers(t *testing.T) {
 	_, err = b.Read(got)
 	require.NoError(t, err, "the peer's connection stays")
 	assert.Equal(t, byte('z'), got[0])
+}
+
+// A fence of several peers keeps each of them, and drops the others.
+func TestFenceSeveralPeers(t *testing.T) {
+	host := testproc.HostIP()
+	if host == "127.0.0.1" {
+		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
+	}
+	l, err := listenTCP(net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = fence(netip.MustParseAddr("192.0.2.200"), netip.MustParseAddr(host), netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1"))
+	require.NoError(t, err)
+	assert.True(t, accepts(t, l, host))
+	assert.True(t, accepts(t, l, "127.0.0.1"))
+	_, err = fence(netip.MustParseAddr("192.0.2.200"), netip.MustParseAddr("127.0.0.1"))
+	require.NoError(t, err)
+	assert.False(t, accepts(t, l, host), "a source no longer named")
+	assert.True(t, accepts(t, l, "127.0.0.1"))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +26,7 @@ type importer struct {
 	regions  map[uint64]ucp.RemoteRegion
 	buffers  map[uint64]*ibuf
 	nbuf     uint64
+	o        *offload                // made on the first offload request
 	canceled map[uint64]*atomic.Bool // moves in flight, by request
 }
 
@@ -86,7 +86,7 @@ func (c *child) startImport(fds []int) error {
 	if err := imp.ep.Flush(ctx); err != nil {
 		return err
 	}
-	if _, err := fence(netip.Addr{}); err != nil {
+	if _, err := fence(); err != nil {
 		return err
 	}
 	c.imp = imp
@@ -266,6 +266,13 @@ func (imp *importer) addBuffer(m message, fds []int) {
 	imp.buffers[id] = &ibuf{b: b}
 	imp.mu.Unlock()
 	c.send(message{Op: "buffered", Seq: m.Seq, Buf: id})
+}
+
+// statusOf is the UCX status err's cause is, 0 when none.
+func statusOf(err error) int8 {
+	var st ucs.Status
+	errors.As(err, &st)
+	return int8(st)
 }
 
 // truncate bounds an error's text as the parent takes it, with room for
