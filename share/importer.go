@@ -255,6 +255,18 @@ func (imp *Importer) handshake(ctx context.Context) error {
 	if err := imp.send(frameProof, proof); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the proof", Wrapped: err}
 	}
+	// In rkey mode the session's data path starts while the exporter
+	// checks the proof and starts its own; it connects once accepted.
+	var started chan error
+	if h.Mode == ModeRkey {
+		started = make(chan error, 1)
+		go func() { started <- imp.startDataPath(ctx) }()
+		defer func() {
+			if started != nil {
+				<-started // the data path, if it started, ends with the session (teardown)
+			}
+		}()
+	}
 	// The exporter checks the proof before this side's UCX connects.
 	var dataPort uint16
 	if t, p, err = readFrame(imp.conn); err != nil {
@@ -283,8 +295,13 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		if err != nil {
 			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote host is not an IP address", Wrapped: err}
 		}
-		if err := imp.startDataPath(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort)); err != nil {
+		err = <-started
+		started = nil
+		if err != nil {
 			return imp.bothReleases(err)
+		}
+		if err := imp.dp.Connect(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort)); err != nil {
+			return imp.bothReleases(wrapDP("share: session data path", err))
 		}
 	}
 	// Grants until ready.
@@ -606,9 +623,9 @@ func (imp *Importer) ucx() (*ucp.Context, error) {
 }
 
 // startDataPath starts the session's data path (rkey mode): a process
-// that shares the staging file with this one, connects to the exporter's
-// data path at addr and claims it with the session's token.
-func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) error {
+// that shares the staging file with this one; its tcp sockets take the
+// exporter's host only (the control connection's remote address).
+func (imp *Importer) startDataPath(ctx context.Context) error {
 	const op = "share: session data path"
 	depth := imp.depth()
 	callSize := imp.o.chunk * depth
@@ -634,8 +651,12 @@ func (imp *Importer) startDataPath(ctx context.Context, addr netip.AddrPort) err
 	if err != nil {
 		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
 	}
-	cfg := datapath.Config{Name: "ucxshare-importer", Peer: addr.Addr(), Bind: bind, AMBind: uint16(amBind),
-		UCX: imp.o.config, Connect: addr, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size(),
+	remote, err := netip.ParseAddrPort(imp.conn.RemoteAddr().String())
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its remote address is " + imp.conn.RemoteAddr().String() + ")", Wrapped: err}
+	}
+	cfg := datapath.Config{Name: "ucxshare-importer", Peer: remote.Addr().Unmap(), Bind: bind, AMBind: uint16(amBind),
+		UCX: imp.o.config, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size(),
 		OffBase: imp.offBase, OffSize: imp.o.staging}
 	if local, err := netip.ParseAddrPort(imp.conn.LocalAddr().String()); err == nil && !configures(cfg.UCX, "NET_DEVICES") {
 		if dev := DevicesFacing(local.Addr()); dev != "" {

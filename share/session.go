@@ -484,9 +484,6 @@ func (s *Session) end(err error, graceful bool) {
 	dp := s.dp
 	s.mu.Unlock()
 	e := s.e
-	e.mu.Lock()
-	delete(e.sessions, s)
-	e.mu.Unlock()
 	e.st.ended.Add(1)
 	if err != nil {
 		s.st.errors.Add(1)
@@ -509,5 +506,10 @@ func (s *Session) end(err error, graceful bool) {
 	for _, g := range gens {
 		g.unmap()
 	}
+	// Listed (Sessions) until here: a session no longer listed reaches
+	// nothing.
+	e.mu.Lock()
+	delete(e.sessions, s)
+	e.mu.Unlock()
 	close(s.done)
 }

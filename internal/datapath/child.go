@@ -106,6 +106,8 @@ func serve() int {
 			c.doMap(m, fds)
 		case m.Op == "unmap" && !c.cfg.Import:
 			c.doUnmap(m)
+		case c.cfg.Import && m.Op == "connect" && len(fds) == 0:
+			go c.imp.connect(m)
 		case c.cfg.Import && m.Op == "buffer":
 			c.imp.addBuffer(m, fds)
 		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" ||

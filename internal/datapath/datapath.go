@@ -60,13 +60,12 @@ type Config struct {
 	Bind []byte      `json:"bind,omitempty"`
 	UCX  [][2]string `json:"ucx"` // UCX configuration of its context, in order
 
-	Import  bool           `json:"import,omitempty"`  // an importer's data path
-	Connect netip.AddrPort `json:"connect"`           // importer's: the exporter's data path
-	Chunk   int            `json:"chunk,omitempty"`   // importer's: bytes of one RMA operation
-	Depth   int            `json:"depth,omitempty"`   // importer's: operations of one move in flight
-	Staging int            `json:"staging,omitempty"` // importer's: bytes of the staging file
-	OffBase int            `json:"offbase,omitempty"` // importer's: where the offload area starts in it
-	OffSize int            `json:"offsize,omitempty"` // importer's: the offload area's bytes
+	Import  bool `json:"import,omitempty"`  // an importer's data path
+	Chunk   int  `json:"chunk,omitempty"`   // importer's: bytes of one RMA operation
+	Depth   int  `json:"depth,omitempty"`   // importer's: operations of one move in flight
+	Staging int  `json:"staging,omitempty"` // importer's: bytes of the staging file
+	OffBase int  `json:"offbase,omitempty"` // importer's: where the offload area starts in it
+	OffSize int  `json:"offsize,omitempty"` // importer's: the offload area's bytes
 }
 
 // message is one message either way on the process's socket.
@@ -153,8 +152,8 @@ const maxClaims = 16
 
 // StartImport starts an importer's data-path process with cfg, handing it
 // staging (a shared file of cfg.Staging bytes, which it maps read-write),
-// and returns once it has connected to cfg.Connect, sent the bind claim
-// and completed the wire-up, or with the error that stopped it.
+// and returns once its UCX is ready, or with the error that stopped it;
+// Connect then connects it to the exporter's data path.
 func StartImport(ctx context.Context, cfg Config, staging *os.File) (*Proc, error) {
 	cfg.Import = true
 	if cfg.Chunk < 1 || cfg.Depth < 1 || cfg.Staging < 1 || staging == nil || len(cfg.Bind) == 0 || len(cfg.Bind) > maxKey {
@@ -270,6 +269,13 @@ func (p *Proc) Unmap(ctx context.Context, gen uint64) error {
 		p.kill()
 		err = fmt.Errorf("data path: an answer to unmap %d names generation %d", gen, r.Gen)
 	}
+	return err
+}
+
+// Connect has an importer's data path connect to the exporter's at addr
+// (on cfg.Peer), send the bind claim and complete the wire-up.
+func (p *Proc) Connect(ctx context.Context, addr netip.AddrPort) error {
+	_, err := p.call(ctx, message{Op: "connect", Peer: addr.String()}, nil, "connected")
 	return err
 }
 
@@ -672,7 +678,7 @@ func (p *Proc) dispatch(b []byte) error {
 		}
 		f(AM{ID: m.Buf, AMID: m.AM, Header: m.Key, Data: m.Data, Len: int(m.Len), Rndv: m.Rndv})
 		return nil
-	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "error":
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "connected", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -69,32 +70,49 @@ func (c *child) startImport(fds []int) error {
 		return err
 	}
 	cutOthers(c.cfg.Peer)
-	if imp.ep, err = c.w.Connect(c.cfg.Connect.String()); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := imp.ep.SendAM(ucp.AMID(c.cfg.AMBind), c.cfg.Bind, nil, ucp.AMReply)
-	if err != nil {
-		return err
-	}
-	if err := req.Wait(ctx); err != nil {
-		return err
-	}
-	// The wire-up is complete once a flush is: every connection this
-	// endpoint needs is made, and no one connects from here on.
-	if err := imp.ep.Flush(ctx); err != nil {
-		return err
-	}
-	if _, err := fence(); err != nil {
-		return err
-	}
 	c.imp = imp
+	return c.send(message{Op: "ready"})
+}
+
+// connect connects to the exporter's data path at m.Peer (the exporter's
+// host, which the fence lets through) and claims the connection with the
+// bind claim; then no one connects to this process over tcp.
+func (imp *importer) connect(m message) {
+	c := imp.c
+	err := func() error {
+		ap, err := netip.ParseAddrPort(m.Peer)
+		if err != nil || ap.Addr().Unmap() != c.cfg.Peer.Unmap() || imp.ep != nil {
+			return fmt.Errorf("connect to %q: not the exporter's host %s, or connected already", m.Peer, c.cfg.Peer)
+		}
+		if imp.ep, err = c.w.Connect(ap.String()); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, err := imp.ep.SendAM(ucp.AMID(c.cfg.AMBind), c.cfg.Bind, nil, ucp.AMReply)
+		if err != nil {
+			return err
+		}
+		if err := req.Wait(ctx); err != nil {
+			return err
+		}
+		// The wire-up is complete once a flush is: every connection this
+		// endpoint needs is made, and no one connects from here on.
+		if err := imp.ep.Flush(ctx); err != nil {
+			return err
+		}
+		_, err = fence()
+		return err
+	}()
+	if err != nil {
+		c.send(message{Op: "error", Seq: m.Seq, Err: truncate(err.Error()), Status: statusOf(err)})
+		return
+	}
 	go func() {
 		<-imp.ep.Failed()
 		c.send(message{Op: "peer-failed"})
 	}()
-	return c.send(message{Op: "ready"})
+	c.send(message{Op: "connected", Seq: m.Seq})
 }
 
 // do runs one of the parent's requests; moves run concurrently.
