@@ -102,6 +102,7 @@ type Importer struct {
 	offMu    sync.Mutex // one offload call at a time
 	peers    []*Peer
 	amQueues map[ucp.AMID]*AMQueue // rkey mode
+	queues   []*AMQueue
 	bufMu    sync.Mutex
 	buffers  []*Buffer // open, for ReadAt and WriteAt without a copy
 
@@ -790,9 +791,12 @@ func (imp *Importer) shutdown(reason string) {
 // process's UCX.
 func (imp *Importer) teardown() {
 	imp.mu.Lock()
-	peers := imp.peers
-	imp.peers = nil
+	peers, queues := imp.peers, imp.queues
+	imp.peers, imp.queues = nil, nil
 	imp.mu.Unlock()
+	for _, q := range queues {
+		q.closeLocal() // a Receive returns; the data path's queue ends with it
+	}
 	if imp.dp != nil {
 		imp.dp.Close() // its peers, queues and regions with it
 	}

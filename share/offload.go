@@ -35,6 +35,9 @@ func (r *Region) copyPeer(ctx context.Context, op string, pr *PeerRegion, prOff,
 	if err := r.span(op, int64(off), n); err != nil {
 		return err
 	}
+	if pr == nil || pr.peer.imp != r.imp {
+		return errs.New(op, ucs.ErrInvalidParam, "the peer region is not of this region's importer")
+	}
 	if err := pr.usable(op, prOff, n); err != nil {
 		return err
 	}
@@ -94,6 +97,9 @@ func (r *Region) SendAM(ctx context.Context, peer *Peer, id ucp.AMID, header []b
 	if err := r.span(op, int64(off), n); err != nil {
 		return err
 	}
+	if peer == nil || peer.imp != r.imp {
+		return errs.New(op, ucs.ErrInvalidParam, "the peer is not of this region's importer")
+	}
 	if err := peer.usable(op); err != nil {
 		return err
 	}
@@ -124,6 +130,9 @@ func (r *Region) SendAM(ctx context.Context, peer *Peer, id ucp.AMID, header []b
 // message not received is dropped.
 func (r *Region) ReceiveAM(ctx context.Context, m *AMMessage, off int) (int, error) {
 	const op = "share: receive active message"
+	if m == nil || m.imp != r.imp {
+		return 0, errs.New(op, ucs.ErrInvalidParam, "the message is not of this region's importer")
+	}
 	n := m.Len()
 	if err := r.span(op, int64(off), n); err != nil {
 		m.Drop()

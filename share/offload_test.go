@@ -17,6 +17,8 @@ import (
 
 	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/share"
+	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // shifted is the seed of pattern(n, seed)'s bytes from off on:
@@ -128,4 +130,64 @@ func TestOffloadThreeProcesses(t *testing.T) {
 	host.CloseStdin()
 	assert.Equal(t, "err=<nil>", host.WaitLine(t, "CLOSED", bound))
 	assert.Equal(t, 0, host.Wait(t, bound), "the host's exit code")
+}
+
+// Offload the way a newcomer misuses it: a peer region of one importer
+// handed to another importer's region is refused; a Receive waiting when
+// the importer closes returns ErrClosed; the peer, its region and the
+// queue close after the importer with no error.
+func TestOffloadNewcomerMisuse(t *testing.T) {
+	t.Parallel()
+	mem := memory(t, pattern(65536, 3))
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	peer := testproc.Start(t, testproc.Spec{Role: rolePeer, Args: []string{"-size", "65536"}})
+	peerAddr := peer.WaitLine(t, "ADDR", bound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+
+	imp := dial(t, addr)
+	q, err := imp.OpenAMQueue(amPeerRegion)
+	require.NoError(t, err)
+	_, err = imp.OpenAMQueue(amPeerRegion)
+	require.ErrorIs(t, err, ucs.ErrBusy, "a second queue for one id")
+	pe, err := imp.ConnectPeer(ctx, peerAddr)
+	require.NoError(t, err)
+	m, err := q.Receive(ctx)
+	require.NoError(t, err)
+	pr, err := pe.UnpackRegion(ctx, m.Data)
+	require.NoError(t, err)
+
+	other := dial(t, addr)
+	r2, err := other.Region("a")
+	require.NoError(t, err)
+	err = r2.CopyTo(ctx, pr, 0, 0, 8)
+	require.ErrorIs(t, err, ucs.ErrInvalidParam)
+	assert.Contains(t, err.Error(), "not of this region's importer")
+	r, err := imp.Region("a")
+	require.NoError(t, err)
+	require.ErrorIs(t, r.CopyTo(ctx, pr, pr.Len()-4, 0, 8), ucs.ErrOutOfRange, "past the peer's region")
+	require.NoError(t, r.CopyTo(ctx, pr, 0, 0, 4096))
+	assert.Equal(t, "ok", ask(t, peer, "check 3 0 4096", "CHECK"))
+
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := q.Receive(context.Background())
+		waiting <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the goroutine waits in Receive
+	require.NoError(t, imp.Close())
+	select {
+	case err := <-waiting:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	case <-time.After(bound):
+		t.Fatal("Receive did not return after the importer's Close")
+	}
+	assert.NoError(t, pr.Close())
+	assert.NoError(t, pe.Close())
+	assert.NoError(t, q.Close())
+	_, err = imp.ConnectPeer(ctx, peerAddr)
+	require.ErrorIs(t, err, ucs.ErrClosed)
+	peer.CloseStdin()
+	peer.WaitLine(t, "DONE", bound)
 }

@@ -267,6 +267,9 @@ func (imp *Importer) OpenAMQueue(id ucp.AMID) (*AMQueue, error) {
 		return nil, err
 	}
 	q := &AMQueue{imp: imp, id: id, ch: make(chan *AMMessage, amQueueDepth), done: make(chan struct{})}
+	imp.mu.Lock()
+	imp.queues = append(imp.queues, q)
+	imp.mu.Unlock()
 	if imp.dp == nil {
 		if _, err := imp.ucx(); err != nil {
 			return nil, err
@@ -341,16 +344,11 @@ func (q *AMQueue) Receive(ctx context.Context) (*AMMessage, error) {
 }
 
 // Close stops taking messages (those taken and not received are dropped);
-// closing twice returns nil.
+// closing twice returns nil. The Importer's Close closes every queue.
 func (q *AMQueue) Close() error {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
+	if !q.closeLocal() {
 		return nil
 	}
-	q.closed = true
-	close(q.done)
-	q.mu.Unlock()
 	imp := q.imp
 	var err error
 	if q.q != nil {
@@ -386,4 +384,17 @@ func ctxError(op string, ce error) error {
 		cause = ucs.ErrCanceled
 	}
 	return &ucs.Error{Op: op, Err: cause, Wrapped: ce}
+}
+
+// closeLocal marks q closed (Receive returns), once: false after the
+// first.
+func (q *AMQueue) closeLocal() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	q.closed = true
+	close(q.done)
+	return true
 }
