@@ -309,6 +309,7 @@ func (c *child) doMap(m message, fds []int) {
 		fail("mapping %d bytes: %v", m.Len, err)
 		return
 	}
+	hugePages(b)
 	mem, err := c.uctx.RegisterPointer(unsafe.Pointer(unsafe.SliceData(b)), int(m.Len), ucp.WithProt(uprot))
 	if err != nil {
 		syscall.Munmap(b)

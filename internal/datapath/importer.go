@@ -53,6 +53,7 @@ func (c *child) startImport(fds []int) error {
 	if err != nil {
 		return fmt.Errorf("mapping the staging file: %w", err)
 	}
+	hugePages(b)
 	opts := []ucp.ContextOption{ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM), ucp.WithName(c.cfg.Name)}
 	for _, kv := range c.cfg.UCX {
 		opts = append(opts, ucp.WithConfig(kv[0], kv[1]))
@@ -278,6 +279,7 @@ func (imp *importer) addBuffer(m message, fds []int) {
 		fail("mapping a buffer of %d bytes: %v", m.Size, err)
 		return
 	}
+	hugePages(b)
 	imp.mu.Lock()
 	imp.nbuf++
 	id := imp.nbuf
