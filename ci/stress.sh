@@ -72,6 +72,12 @@ for p in ucp share; do
 	quiet '^(---|ok)|rounds of' env UCXGO_STRESS=${share}s "${race[@]}" -run "^($(tr ' ' '|' <<<"${rounds[$p]% }"))\$" -v ./$p
 done
 
+# The tests that play the peer against share's containment: three runs,
+# those with rounds taking them for 5 s each.
+step "4b. share's containment: the tests that play the peer, three runs (rounds: 5 s)"
+quiet '^(---|ok)' env UCXGO_STRESS=5s "${race[@]}" -count=3 \
+	-run '^(TestContained|TestOffload|TestExporterSurvivesKilledReaders|TestNetworkCutWhileReading|TestImporterKilledMidTransfer)' -v ./share
+
 targets=${FUZZ_TARGETS:?the Makefile passes its FUZZ_TARGETS}
 n=$(wc -w <<<"$targets")
 left=$(( budget - ($(date +%s) - start) ))
