@@ -31,6 +31,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/internal/testproc"
+	"github.com/ucxgo/ucx/internal/wire"
 	"github.com/ucxgo/ucx/share"
 	"github.com/ucxgo/ucx/ucp"
 )
@@ -131,6 +132,28 @@ func (h *hostile) bind(addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, req.Wait(ctx))
+	require.NoError(t, h.ep.Flush(ctx))
+	// The data ports: this process's tcp ports of its connections with
+	// the data path (docs/share-protocol.md).
+	dp := dataPathListeningOn(t, h.port)
+	theirs := map[string]bool{}
+	for _, s := range tcpSockets(t, dp) {
+		_, port, _ := strings.Cut(strings.Fields(s)[0], ":")
+		theirs[port] = true
+	}
+	var ports []byte
+	n := 0
+	for _, s := range tcpSockets(t, os.Getpid()) {
+		f := strings.Fields(s)
+		_, local, _ := strings.Cut(f[0], ":")
+		_, remote, _ := strings.Cut(f[1], ":")
+		if f[2] == "01" && theirs[remote] {
+			p, _ := strconv.ParseUint(local, 16, 16)
+			ports = binary.LittleEndian.AppendUint16(ports, uint16(p))
+			n++
+		}
+	}
+	require.NoError(t, rawWrite(h.c, 11, append([]byte{byte(n)}, ports...)))
 	for {
 		typ, p, err := rawRead(h.c)
 		require.NoError(t, err)
@@ -577,7 +600,7 @@ func TestContainedImporterDataPathKilled(t *testing.T) {
 
 // tcpSockets is the TCP sockets (any state) process pid holds, as
 // "local remote state" lines.
-func tcpSockets(t *testing.T, pid int) []string {
+func tcpSockets(t testing.TB, pid int) []string {
 	t.Helper()
 	inodes := map[string]bool{}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -682,6 +705,97 @@ func TestContainedBindWindow(t *testing.T) {
 	stillServes(t, addr, "a", want)
 }
 
+// The window of another session's bind, through UCX's own tcp interface:
+// a process on the importer's host crafts a worker address that names
+// the data path's tcp interface (its port read from /proc, as any process
+// can) and connects while the importer has not bound. By the time the
+// first grant is mapped its endpoint has failed and it reads nothing:
+// UCX 1.18.1 ended that endpoint by itself before the bind (measured),
+// and the importer's data ports have the data path cut any connection
+// with the importer's host that is not its data path's (TestCutExcept).
+// The importer reads on.
+func TestContainedBindWindowCraftedAddress(t *testing.T) {
+	want := pattern(4096, 8)
+	mem := newMemory(t, want)
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	h := proveHostile(t, addr, sealer(t))
+	dp := dataPathListeningOn(t, h.port)
+	var iface uint16
+	for _, p := range listeningPorts(t, dp) {
+		if p != strconv.Itoa(int(h.port)) {
+			n, _ := strconv.Atoi(p)
+			iface = uint16(n)
+		}
+	}
+	require.NotZero(t, iface, "the data path's tcp interface")
+
+	x := &hostile{t: t, grants: map[string]rawGrant{}}
+	t.Cleanup(x.close)
+	var err error
+	x.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM), ucp.WithConfig("TLS", "tcp"),
+		ucp.WithConfig("NET_DEVICES", share.DevicesFacing(netip.MustParseAddr(testproc.HostIP()))))
+	require.NoError(t, err)
+	x.w, err = x.uctx.NewWorker()
+	require.NoError(t, err)
+	run, stop := context.WithCancel(context.Background())
+	x.stop = stop
+	go x.w.Run(run)
+	own, err := x.w.PackAddress()
+	require.NoError(t, err)
+	raw := bytes.Clone(own.UCX())
+	info, err := wire.WalkWorkerAddress(raw)
+	require.NoError(t, err)
+	crafted := 0
+	for _, ifc := range info.Interfaces {
+		if ifc.TransportCsum == wire.TransportCsum("tcp") && len(ifc.IfaceAddr) == 2 {
+			binary.BigEndian.PutUint16(ifc.IfaceAddr, iface) // the walk's slices are of raw
+			crafted++
+		}
+	}
+	require.Equal(t, 1, crafted, "one tcp interface in the intruder's address")
+	x.ep, err = x.w.ConnectWorker(ucp.WorkerAddressFromUCX(raw))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Logf("the intruder's flush before the bind: %v", x.ep.Flush(ctx))
+
+	h.bind(addr)
+	select {
+	case <-x.ep.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the intruder's connection outlived the bind")
+	}
+	g := h.grants["a"]
+	_, err = x.get(g.addr, len(want), x.anyKeyOrNil())
+	require.Error(t, err, "the intruder read a grant")
+	got, err := h.get(g.addr, len(want), g.rr.Key())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// anyKeyOrNil is anyKey, or nil once the endpoint failed (a get then
+// fails without one).
+func (h *hostile) anyKeyOrNil() *ucp.RemoteKey {
+	own, err := h.uctx.Allocate(4096)
+	if err != nil {
+		return nil
+	}
+	h.t.Cleanup(func() { own.Close() })
+	bare, err := own.PackRemoteKey()
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rk, err := h.ep.UnpackRemoteKey(ctx, bare)
+	if err != nil {
+		return nil
+	}
+	h.keys = append(h.keys, rk)
+	return rk
+}
+
 // connects says whether a TCP connection from address from to addr
 // completes within half a second.
 func connects(from, addr string) bool {
@@ -694,12 +808,16 @@ func connects(from, addr string) bool {
 	return true
 }
 
-// dataPathListeningOn is the pid of this process's child that listens on
-// port (a session's data path).
-func dataPathListeningOn(t *testing.T, port uint16) int {
+// dataPathListeningOn is the pid of this process's child (or grandchild)
+// that listens on port (a session's data path).
+func dataPathListeningOn(t testing.TB, port uint16) int {
 	t.Helper()
-	for _, kid := range childrenOf(t, os.Getpid()) {
-		if slices.Contains(listeningPorts(t, kid), strconv.Itoa(int(port))) {
+	kids := childrenOf(t, os.Getpid())
+	for _, k := range kids { // an exporter run as a process of its own: its children
+		kids = append(kids, childrenOf(t, k)...)
+	}
+	for _, kid := range kids {
+		if ls, err := listeningPortsOf(kid); err == nil && slices.Contains(ls, strconv.Itoa(int(port))) {
 			return kid
 		}
 	}
@@ -863,11 +981,20 @@ func failRole(err error) int {
 }
 
 // listeningPorts is the TCP ports process pid has listening sockets on.
-func listeningPorts(t *testing.T, pid int) []string {
+func listeningPorts(t testing.TB, pid int) []string {
 	t.Helper()
+	ports, err := listeningPortsOf(pid)
+	require.NoError(t, err)
+	return ports
+}
+
+// listeningPortsOf is listeningPorts, with the error of a process gone.
+func listeningPortsOf(pid int) ([]string, error) {
 	inodes := map[string]bool{}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	for _, fd := range fds {
 		l, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
 		if err == nil && strings.HasPrefix(l, "socket:[") {
@@ -877,7 +1004,9 @@ func listeningPorts(t *testing.T, pid int) []string {
 	var ports []string
 	for _, f := range []string{"tcp", "tcp6"} {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fs := strings.Fields(line)
 			if len(fs) < 10 || fs[3] != "0A" || !inodes[fs[9]] { // 0A: LISTEN
@@ -888,12 +1017,12 @@ func listeningPorts(t *testing.T, pid int) []string {
 			ports = append(ports, strconv.FormatUint(port, 10))
 		}
 	}
-	return ports
+	return ports, nil
 }
 
 // childrenOf is the processes whose parent is pid (from /proc/*/stat:
 // a task's children file lists only that thread's).
-func childrenOf(t *testing.T, pid int) []int {
+func childrenOf(t testing.TB, pid int) []int {
 	t.Helper()
 	var kids []int
 	ents, err := os.ReadDir("/proc")

@@ -301,8 +301,15 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		if err != nil {
 			return imp.bothReleases(err)
 		}
-		if err := imp.dp.Connect(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort)); err != nil {
+		ports, err := imp.dp.Connect(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort))
+		if err != nil {
 			return imp.bothReleases(wrapDP("share: session data path", err))
+		}
+		if len(ports) > maxDataPorts {
+			return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: fmt.Sprintf("the session's data path holds %d connections with the exporter's host (at most %d)", len(ports), maxDataPorts)}
+		}
+		if err := imp.send(frameDataPorts, encodeDataPorts(ports)); err != nil {
+			return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the data ports", Wrapped: err}
 		}
 	}
 	// Grants until ready.

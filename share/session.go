@@ -278,6 +278,27 @@ func (s *Session) handshake() error {
 			s.refuse(err)
 			return err
 		}
+		// The importer says which tcp connections with its host are its
+		// data path's; the data path cuts any other (one made to UCX's
+		// own tcp interface while it waited for the bind).
+		t, p, err := readFrame(s.conn)
+		if err != nil {
+			return err
+		}
+		if t != frameDataPorts {
+			return protoErr(op, "expected the importer's data ports, got a %s", t)
+		}
+		ports, err := decodeDataPorts(p)
+		if err != nil {
+			s.refuse(err)
+			return err
+		}
+		kctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err = s.dp.Keep(kctx, ports)
+		cancel()
+		if err != nil {
+			return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the session's data path did not keep its connections", Wrapped: err}
+		}
 	}
 	// The regions shared now are granted here; from the same instant the
 	// session is live, so a region added later is granted by Add, once.

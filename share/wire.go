@@ -37,10 +37,11 @@ const (
 	frameBye           frameType = 8  // the sender ends the session cleanly
 	frameProof         frameType = 9  // importer: the sealed session token
 	frameAccepted      frameType = 10 // exporter: the proof holds; rkey mode: the data path's port
+	frameDataPorts     frameType = 11 // importer, rkey mode: its data path's tcp ports with the exporter's host
 )
 
 func (t frameType) String() string {
-	names := [...]string{"", "hello", "hello", "refuse", "grant", "ready", "revoke", "ack", "bye", "proof", "accepted"}
+	names := [...]string{"", "hello", "hello", "refuse", "grant", "ready", "revoke", "ack", "bye", "proof", "accepted", "data ports"}
 	if int(t) < len(names) && t != 0 {
 		return names[t]
 	}
@@ -281,6 +282,33 @@ func decodeAccepted(mode Mode, p []byte) (uint16, error) {
 		return 0, protoErr(op, "an accepted frame of %d bytes in rkey mode (a non-zero port of 2 expected)", len(p))
 	}
 	return binary.LittleEndian.Uint16(p), nil
+}
+
+// maxDataPorts bounds the ports a data-ports frame lists.
+const maxDataPorts = 64
+
+// encodeDataPorts is the data-ports frame's payload: a count, then each
+// port (u16, little-endian).
+func encodeDataPorts(ports []uint16) []byte {
+	b := []byte{byte(len(ports))}
+	for _, p := range ports {
+		b = binary.LittleEndian.AppendUint16(b, p)
+	}
+	return b
+}
+
+func decodeDataPorts(p []byte) ([]uint16, error) {
+	const op = "share: data ports"
+	if len(p) < 1 || int(p[0]) > maxDataPorts || len(p) != 1+2*int(p[0]) {
+		return nil, protoErr(op, "a data-ports frame of %d bytes (a count up to %d, then 2 bytes a port)", len(p), maxDataPorts)
+	}
+	ports := make([]uint16, p[0])
+	for i := range ports {
+		if ports[i] = binary.LittleEndian.Uint16(p[1+2*i:]); ports[i] == 0 {
+			return nil, protoErr(op, "port 0 in a data-ports frame")
+		}
+	}
+	return ports, nil
 }
 
 // A refusal carries its cause as a code and its reason as text (never a

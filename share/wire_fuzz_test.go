@@ -247,6 +247,26 @@ func FuzzDecodeAccepted(f *testing.F) {
 	})
 }
 
+func FuzzDecodeDataPorts(f *testing.F) {
+	for _, p := range [][]byte{encodeDataPorts(nil), encodeDataPorts([]uint16{40000}), encodeDataPorts([]uint16{1, 2, 65535}),
+		{1, 0, 0}, {2, 1, 0}, {65}, {}} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		ports, err := decodeDataPorts(p)
+		if err != nil {
+			wantCause(t, err, ErrProtocol)
+			return
+		}
+		if len(ports) > maxDataPorts || slices.Contains(ports, 0) {
+			t.Fatalf("data ports %v taken", ports)
+		}
+		if got := encodeDataPorts(ports); !bytes.Equal(got, p) {
+			t.Fatalf("data ports %x, which encode back as %x", p, got)
+		}
+	})
+}
+
 func addGrantSeeds(f *testing.F) {
 	f.Add(sampleGrant(ModeRkey, "a", samplePackedRegion()).encode())
 	f.Add(sampleGrant(ModeExport, "region/é", sampleDescriptor(6)).encode())

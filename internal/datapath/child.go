@@ -115,6 +115,9 @@ func serve() int {
 			c.imp.do(m)
 		case c.cfg.Import && len(fds) == 0 && offloadOps[m.Op]:
 			c.imp.doOffload(m)
+		case !c.cfg.Import && len(fds) == 0 && m.Op == "keep":
+			n := cutExcept(c.cfg.Peer, m.Ports)
+			c.send(message{Op: "kept", Seq: m.Seq, Len: uint64(n)})
 		case !c.cfg.Import && len(fds) == 0 && (m.Op == "claim-accepted" || m.Op == "claim-refused"):
 			c.claimed(m.Seq, m.Op == "claim-accepted")
 		default:

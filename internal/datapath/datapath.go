@@ -93,6 +93,9 @@ type message struct {
 	AM   uint16 `json:"am,omitempty"`   // an active message id
 	Data []byte `json:"data,omitempty"` // an eager active message's data
 	Rndv bool   `json:"rndv,omitempty"` // a rendezvous active message
+	// Ports are tcp ports on the importer's host: its data path's
+	// connections with the exporter's (connected, keep).
+	Ports []uint16 `json:"ports,omitempty"`
 }
 
 // answerErr is the error an "error" answer to op stands for: a *ucs.Error
@@ -273,9 +276,18 @@ func (p *Proc) Unmap(ctx context.Context, gen uint64) error {
 }
 
 // Connect has an importer's data path connect to the exporter's at addr
-// (on cfg.Peer), send the bind claim and complete the wire-up.
-func (p *Proc) Connect(ctx context.Context, addr netip.AddrPort) error {
-	_, err := p.call(ctx, message{Op: "connect", Peer: addr.String()}, nil, "connected")
+// (on cfg.Peer), send the bind claim and complete the wire-up; it returns
+// the local ports of the process's tcp connections with that host (for
+// the exporter's data path's Keep).
+func (p *Proc) Connect(ctx context.Context, addr netip.AddrPort) ([]uint16, error) {
+	r, err := p.call(ctx, message{Op: "connect", Peer: addr.String()}, nil, "connected")
+	return r.Ports, err
+}
+
+// Keep has an exporter's data path (bound) shut down every tcp
+// connection with its peer's host whose port there is not one of ports.
+func (p *Proc) Keep(ctx context.Context, ports []uint16) error {
+	_, err := p.call(ctx, message{Op: "keep", Ports: ports}, nil, "kept")
 	return err
 }
 
@@ -630,7 +642,7 @@ func (p *Proc) dispatch(b []byte) error {
 	if err := d.Decode(&m); err != nil {
 		return fmt.Errorf("a malformed message: %w", err)
 	}
-	if m.Init != nil || len(m.Key) > maxKey || len(m.Err) > maxErr {
+	if m.Init != nil || len(m.Key) > maxKey || len(m.Err) > maxErr || len(m.Ports) > 256 {
 		return fmt.Errorf("a %q message out of bounds", m.Op)
 	}
 	switch m.Op {
@@ -678,7 +690,7 @@ func (p *Proc) dispatch(b []byte) error {
 		}
 		f(AM{ID: m.Buf, AMID: m.AM, Header: m.Key, Data: m.Data, Len: int(m.Len), Rndv: m.Rndv})
 		return nil
-	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "connected", "error":
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "connected", "kept", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +48,75 @@ func fence(peers ...netip.Addr) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// tcpConns calls f with each connected tcp socket of this process: its
+// descriptor, its local port, its peer's address and port.
+func tcpConns(f func(fd int, local uint16, peer netip.AddrPort)) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		if proto, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_PROTOCOL); err != nil || proto != syscall.IPPROTO_TCP {
+			continue
+		}
+		sa, err := syscall.Getpeername(fd)
+		if err != nil {
+			continue // not connected (a listener, say)
+		}
+		la, err := syscall.Getsockname(fd)
+		if err != nil {
+			continue
+		}
+		var peer netip.AddrPort
+		switch a := sa.(type) {
+		case *syscall.SockaddrInet4:
+			peer = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+		case *syscall.SockaddrInet6:
+			peer = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+		}
+		var local uint16
+		switch a := la.(type) {
+		case *syscall.SockaddrInet4:
+			local = uint16(a.Port)
+		case *syscall.SockaddrInet6:
+			local = uint16(a.Port)
+		}
+		f(fd, local, peer)
+	}
+}
+
+// localPortsWith is the local ports of this process's tcp connections
+// with host.
+func localPortsWith(host netip.Addr) []uint16 {
+	var ports []uint16
+	tcpConns(func(_ int, local uint16, peer netip.AddrPort) {
+		if peer.Addr() == host.Unmap() && !slices.Contains(ports, local) {
+			ports = append(ports, local)
+		}
+	})
+	return ports
+}
+
+// cutExcept shuts down every connected tcp socket of this process with
+// host whose port there is not one of ports; it returns how many.
+func cutExcept(host netip.Addr, ports []uint16) int {
+	n := 0
+	tcpConns(func(fd int, _ uint16, peer netip.AddrPort) {
+		if peer.Addr() == host.Unmap() && !slices.Contains(ports, peer.Port()) {
+			syscall.Shutdown(fd, syscall.SHUT_RDWR)
+			n++
+		}
+	})
+	return n
 }
 
 // cutOthers shuts down every connected tcp socket of this process whose

@@ -171,3 +171,43 @@ func TestFenceSeveralPeers(t *testing.T) {
 	assert.False(t, accepts(t, l, host), "a source no longer named")
 	assert.True(t, accepts(t, l, "127.0.0.1"))
 }
+
+// The data ports: of two connections from the peer's host, the one whose
+// port is listed stays, the other is cut; localPortsWith lists this
+// process's side of them.
+func TestCutExcept(t *testing.T) {
+	host := testproc.HostIP()
+	l, err := listenTCP(net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	defer l.Close()
+	keep, err := dialFrom(host, l.Addr().String())
+	require.NoError(t, err)
+	defer keep.Close()
+	a, err := l.Accept()
+	require.NoError(t, err)
+	defer a.Close()
+	cut, err := dialFrom(host, l.Addr().String())
+	require.NoError(t, err)
+	defer cut.Close()
+	b, err := l.Accept()
+	require.NoError(t, err)
+	defer b.Close()
+	keepPort := uint16(keep.LocalAddr().(*net.TCPAddr).Port)
+	assert.Contains(t, localPortsWith(netip.MustParseAddr(host)), keepPort)
+
+	// This process holds both ends: the accepted sockets' peers are the
+	// dialed ones' ports, and the dialed ones' peer is the listener's.
+	listenPort := uint16(l.Addr().(*net.TCPAddr).Port)
+	n := cutExcept(netip.MustParseAddr(host), []uint16{keepPort, listenPort})
+	assert.Equal(t, 1, n, "the accepted end of the other connection")
+	b.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = b.Read(make([]byte, 1))
+	assert.Error(t, err, "the cut connection ends")
+	_, err = keep.Write([]byte("k"))
+	require.NoError(t, err)
+	a.SetReadDeadline(time.Now().Add(2 * time.Second))
+	got := make([]byte, 1)
+	_, err = a.Read(got)
+	require.NoError(t, err, "the listed connection stays")
+	assert.Equal(t, byte('k'), got[0])
+}

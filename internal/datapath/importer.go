@@ -113,7 +113,7 @@ func (imp *importer) connect(m message) {
 		<-imp.ep.Failed()
 		c.send(message{Op: "peer-failed"})
 	}()
-	c.send(message{Op: "connected", Seq: m.Seq})
+	c.send(message{Op: "connected", Seq: m.Seq, Ports: localPortsWith(c.cfg.Peer)})
 }
 
 // do runs one of the parent's requests; moves run concurrently.
