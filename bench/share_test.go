@@ -33,7 +33,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -415,7 +414,7 @@ func BenchmarkShareSession(b *testing.B) {
 	imp, _ := open()
 	defer imp.Close()
 	var rssKiB, fds, kids float64
-	for _, kid := range childPids(p.pid) {
+	for _, kid := range testproc.Children(p.pid) {
 		kids++
 		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", kid))
 		for _, line := range strings.Split(string(st), "\n") {
@@ -431,26 +430,4 @@ func BenchmarkShareSession(b *testing.B) {
 	b.ReportMetric(kids, "procs/session")
 	b.ReportMetric(rssKiB, "rss-KiB/session")
 	b.ReportMetric(fds, "fds/session")
-}
-
-// childPids is the processes whose parent is pid.
-func childPids(pid int) []int {
-	var kids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		id, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
-		if err != nil {
-			continue
-		}
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 {
-			if f := strings.Fields(string(st[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(pid) {
-				kids = append(kids, id)
-			}
-		}
-	}
-	return kids
 }

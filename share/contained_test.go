@@ -117,13 +117,7 @@ func (h *hostile) bind(addr string) {
 	t := h.t
 	t.Helper()
 	var err error
-	h.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
-	require.NoError(t, err)
-	h.w, err = h.uctx.NewWorker()
-	require.NoError(t, err)
-	run, stop := context.WithCancel(context.Background())
-	h.stop = stop
-	go h.w.Run(run)
+	h.openUCX()
 	host, _, _ := net.SplitHostPort(addr)
 	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(h.port))))
 	require.NoError(t, err)
@@ -268,6 +262,21 @@ func (h *hostile) close() {
 	}
 }
 
+// openUCX makes the peer's UCX: a context (RMA and active messages, then
+// opts), a worker, a goroutine progressing it.
+func (h *hostile) openUCX(opts ...ucp.ContextOption) {
+	t := h.t
+	t.Helper()
+	var err error
+	h.uctx, err = ucp.NewContext(append([]ucp.ContextOption{ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM)}, opts...)...)
+	require.NoError(t, err)
+	h.w, err = h.uctx.NewWorker()
+	require.NoError(t, err)
+	run, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go h.w.Run(run)
+}
+
 // connectUCX is a UCX peer without a session: its own context and worker,
 // an endpoint to addr (a data path's listener).
 func connectUCX(t testing.TB, addr string) *hostile {
@@ -275,13 +284,7 @@ func connectUCX(t testing.TB, addr string) *hostile {
 	h := &hostile{t: t, grants: map[string]rawGrant{}}
 	t.Cleanup(h.close)
 	var err error
-	h.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA | ucp.FeatureAM))
-	require.NoError(t, err)
-	h.w, err = h.uctx.NewWorker()
-	require.NoError(t, err)
-	run, stop := context.WithCancel(context.Background())
-	h.stop = stop
-	go h.w.Run(run)
+	h.openUCX()
 	h.ep, err = h.w.Connect(addr)
 	require.NoError(t, err)
 	return h
@@ -733,14 +736,7 @@ func TestContainedBindWindowCraftedAddress(t *testing.T) {
 	x := &hostile{t: t, grants: map[string]rawGrant{}}
 	t.Cleanup(x.close)
 	var err error
-	x.uctx, err = ucp.NewContext(ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM), ucp.WithConfig("TLS", "tcp"),
-		ucp.WithConfig("NET_DEVICES", share.DevicesFacing(netip.MustParseAddr(testproc.HostIP()))))
-	require.NoError(t, err)
-	x.w, err = x.uctx.NewWorker()
-	require.NoError(t, err)
-	run, stop := context.WithCancel(context.Background())
-	x.stop = stop
-	go x.w.Run(run)
+	x.openUCX(ucp.WithConfig("TLS", "tcp"), ucp.WithConfig("NET_DEVICES", share.DevicesFacing(netip.MustParseAddr(testproc.HostIP()))))
 	own, err := x.w.PackAddress()
 	require.NoError(t, err)
 	raw := bytes.Clone(own.UCX())
@@ -1020,29 +1016,8 @@ func listeningPortsOf(pid int) ([]string, error) {
 	return ports, nil
 }
 
-// childrenOf is the processes whose parent is pid (from /proc/*/stat:
-// a task's children file lists only that thread's).
-func childrenOf(t testing.TB, pid int) []int {
-	t.Helper()
-	var kids []int
-	ents, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	for _, e := range ents {
-		id, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
-		if err != nil {
-			continue
-		}
-		fs := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		if len(fs) > 1 && fs[1] == strconv.Itoa(pid) {
-			kids = append(kids, id)
-		}
-	}
-	return kids
-}
+// childrenOf is the processes whose parent is pid.
+func childrenOf(t testing.TB, pid int) []int { return testproc.Children(pid) }
 
 func processAlive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d/status", pid))

@@ -17,64 +17,65 @@ import (
 // from any source address but peers' is dropped before TCP sees it, so no
 // other host completes a connection to this process, sends it a byte or
 // reaches its UCX. With no peer (or only zero ones) it drops every
-// segment: no one connects any more. Connections accepted before keep the filter they were accepted
-// under (a socket inherits its listener's). It returns how many sockets
+// segment: no one connects any more. Connections accepted before keep
+// the filter they were accepted under (a socket inherits its listener's). It returns how many sockets
 // it fenced. It covers tcp only: RDMA devices are reached without a
 // socket.
 func fence(peers ...netip.Addr) (int, error) {
 	prog := fenceProgram(peers...)
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
-			continue
-		}
-		if !listeningTCP(fd) {
-			continue
+	var first error
+	err := sockets(func(fd int) {
+		if first != nil || !listeningTCP(fd) {
+			return
 		}
 		fp := syscall.SockFprog{Len: uint16(len(prog)), Filter: unsafe.SliceData(prog)}
 		_, _, errno := syscall.Syscall6(syscall.SYS_SETSOCKOPT, uintptr(fd), syscall.SOL_SOCKET, syscall.SO_ATTACH_FILTER,
 			uintptr(unsafe.Pointer(&fp)), unsafe.Sizeof(fp), 0)
 		if errno != 0 {
-			return n, fmt.Errorf("attaching the peer filter to listening socket %d: %w", fd, errno)
+			first = fmt.Errorf("attaching the peer filter to listening socket %d: %w", fd, errno)
+			return
 		}
 		n++
+	})
+	if first != nil {
+		return n, first
 	}
-	return n, nil
+	return n, err
 }
 
-// tcpConns calls f with each connected tcp socket of this process: its
-// descriptor, its local port, its peer's address and port.
-func tcpConns(f func(fd int, local uint16, peer netip.AddrPort)) {
+// sockets calls f with each socket descriptor of this process.
+func sockets(f func(fd int)) error {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return
+		return err
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
-			continue
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			f(fd)
 		}
+	}
+	return nil
+}
+
+// tcpConns calls f with each connected tcp socket of this process: its
+// descriptor, its local port, its peer's address and port.
+func tcpConns(f func(fd int, local uint16, peer netip.AddrPort)) {
+	sockets(func(fd int) {
 		if proto, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_PROTOCOL); err != nil || proto != syscall.IPPROTO_TCP {
-			continue
+			return
 		}
 		sa, err := syscall.Getpeername(fd)
 		if err != nil {
-			continue // not connected (a listener, say)
+			return // not connected (a listener, say)
 		}
 		la, err := syscall.Getsockname(fd)
 		if err != nil {
-			continue
+			return
 		}
 		var peer netip.AddrPort
 		switch a := sa.(type) {
@@ -91,7 +92,7 @@ func tcpConns(f func(fd int, local uint16, peer netip.AddrPort)) {
 			local = uint16(a.Port)
 		}
 		f(fd, local, peer)
-	}
+	})
 }
 
 // localPortsWith is the local ports of this process's tcp connections
@@ -124,38 +125,13 @@ func cutExcept(host netip.Addr, ports []uint16) int {
 // interfaces between the worker's creation and fence. UCX sees the
 // connection end and drops what it made of it. It returns how many it cut.
 func cutOthers(peer netip.Addr) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0
-	}
 	n := 0
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
-			continue
-		}
-		if proto, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_PROTOCOL); err != nil || proto != syscall.IPPROTO_TCP {
-			continue
-		}
-		sa, err := syscall.Getpeername(fd)
-		if err != nil {
-			continue // not connected (a listener, say)
-		}
-		var from netip.Addr
-		switch a := sa.(type) {
-		case *syscall.SockaddrInet4:
-			from = netip.AddrFrom4(a.Addr)
-		case *syscall.SockaddrInet6:
-			from = netip.AddrFrom16(a.Addr)
-		}
-		if from.Unmap() != peer.Unmap() {
+	tcpConns(func(fd int, _ uint16, from netip.AddrPort) {
+		if from.Addr() != peer.Unmap() {
 			syscall.Shutdown(fd, syscall.SHUT_RDWR)
 			n++
 		}
-	}
+	})
 	return n
 }
 

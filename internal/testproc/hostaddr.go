@@ -1,8 +1,12 @@
 package testproc
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -38,3 +42,26 @@ var HostIP = sync.OnceValue(func() string {
 
 // HostAddr is HostIP with port 0, for net.Listen.
 func HostAddr() string { return net.JoinHostPort(HostIP(), "0") }
+
+// Children is the processes whose parent is pid, from /proc/*/stat (a
+// task's children file lists only that thread's).
+func Children(pid int) []int {
+	var kids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(st, ')'); i > 0 {
+			if f := strings.Fields(string(st[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				kids = append(kids, id)
+			}
+		}
+	}
+	return kids
+}
