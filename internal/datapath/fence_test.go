@@ -21,6 +21,33 @@ func listenTCP(addr string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
+// hostListener is a TCP listener on this machine's network address; the
+// tests that tell two sources apart skip without one.
+func hostListener(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	host := testproc.HostIP()
+	if host == "127.0.0.1" {
+		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
+	}
+	l, err := listenTCP(net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, host
+}
+
+// connection is a connection to l from address from: the dialed end and
+// the accepted one, closed when the test ends.
+func connection(t *testing.T, l net.Listener, from string) (dialed, accepted net.Conn) {
+	t.Helper()
+	d, err := dialFrom(from, l.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	a, err := l.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	return d, a
+}
+
 // dialFrom connects to addr from local address from (port 0).
 func dialFrom(from, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: 500 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -120,29 +147,13 @@ func TestFenceIPv6(t *testing.T) {
 // A connection from another host that arrived before the fence is cut:
 // its other end reads the end of the stream; the peer's stays.
 func TestCutOthers(t *testing.T) {
-	host := testproc.HostIP()
-	if host == "127.0.0.1" {
-		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
-	}
-	l, err := listenTCP(net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	defer l.Close()
-	other, err := dialFrom("127.0.0.1", l.Addr().String())
-	require.NoError(t, err)
-	defer other.Close()
-	a, err := l.Accept()
-	require.NoError(t, err)
-	defer a.Close()
-	peer, err := dialFrom(host, l.Addr().String())
-	require.NoError(t, err)
-	defer peer.Close()
-	b, err := l.Accept()
-	require.NoError(t, err)
-	defer b.Close()
+	l, host := hostListener(t)
+	other, _ := connection(t, l, "127.0.0.1")
+	peer, b := connection(t, l, host)
 
 	assert.GreaterOrEqual(t, cutOthers(netip.MustParseAddr(host)), 1)
 	other.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, err = other.Read(make([]byte, 1))
+	_, err := other.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF, "the other host's connection is cut")
 	_, err = peer.Write([]byte("z"))
 	require.NoError(t, err)
@@ -155,14 +166,8 @@ func TestCutOthers(t *testing.T) {
 
 // A fence of several peers keeps each of them, and drops the others.
 func TestFenceSeveralPeers(t *testing.T) {
-	host := testproc.HostIP()
-	if host == "127.0.0.1" {
-		t.Skip("needs a non-loopback address to tell two sources apart; this machine has only 127.0.0.1")
-	}
-	l, err := listenTCP(net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	defer l.Close()
-	_, err = fence(netip.MustParseAddr("192.0.2.200"), netip.MustParseAddr(host), netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1"))
+	l, host := hostListener(t)
+	_, err := fence(netip.MustParseAddr("192.0.2.200"), netip.MustParseAddr(host), netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1"))
 	require.NoError(t, err)
 	assert.True(t, accepts(t, l, host))
 	assert.True(t, accepts(t, l, "127.0.0.1"))
@@ -176,22 +181,9 @@ func TestFenceSeveralPeers(t *testing.T) {
 // port is listed stays, the other is cut; localPortsWith lists this
 // process's side of them.
 func TestCutExcept(t *testing.T) {
-	host := testproc.HostIP()
-	l, err := listenTCP(net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	defer l.Close()
-	keep, err := dialFrom(host, l.Addr().String())
-	require.NoError(t, err)
-	defer keep.Close()
-	a, err := l.Accept()
-	require.NoError(t, err)
-	defer a.Close()
-	cut, err := dialFrom(host, l.Addr().String())
-	require.NoError(t, err)
-	defer cut.Close()
-	b, err := l.Accept()
-	require.NoError(t, err)
-	defer b.Close()
+	l, host := hostListener(t)
+	keep, a := connection(t, l, host)
+	_, b := connection(t, l, host)
 	keepPort := uint16(keep.LocalAddr().(*net.TCPAddr).Port)
 	assert.Contains(t, localPortsWith(netip.MustParseAddr(host)), keepPort)
 
@@ -201,7 +193,7 @@ func TestCutExcept(t *testing.T) {
 	n := cutExcept(netip.MustParseAddr(host), []uint16{keepPort, listenPort})
 	assert.Equal(t, 1, n, "the accepted end of the other connection")
 	b.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, err = b.Read(make([]byte, 1))
+	_, err := b.Read(make([]byte, 1))
 	assert.Error(t, err, "the cut connection ends")
 	_, err = keep.Write([]byte("k"))
 	require.NoError(t, err)
