@@ -98,8 +98,10 @@
 // # Offload
 //
 // Importer.ConnectPeer connects to a third peer's UCX listener, and
-// Peer.UnpackRegion takes a region it packed; Importer.OpenAMQueue takes
-// the active messages third peers send. Region.CopyTo, CopyFrom, SendAM
+// Peer.UnpackRegion takes a region it packed (ucp.Mem.PackRegion; a peer
+// may send it as an active message, whose AMMessage.Data then holds it:
+// open the queue before connecting); Importer.OpenAMQueue takes the
+// active messages third peers send. Region.CopyTo, CopyFrom, SendAM
 // and ReceiveAM move a region's bytes to or from such a peer, as UCX's DPU
 // daemon for ucx_perftest does: in rkey mode inside the session's data
 // path, through the offload area of its staging file (WithStaging

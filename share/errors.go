@@ -12,7 +12,9 @@ var (
 	// never reach the exporter's memory.
 	ErrRevoked = errors.New("access revoked")
 	// ErrRefused: the peer refused the session: another protocol version,
-	// a pair of UCX releases that cannot talk, a mode one side cannot use.
+	// a pair of UCX releases that cannot talk, a mode one side cannot use,
+	// a data path that cannot run there (on UCX 1.20, an rkey-mode session
+	// over a loopback address: serve on a non-loopback one).
 	ErrRefused = errors.New("session refused")
 	// ErrSeal: a grant did not authenticate under the sealing secret (the
 	// wrong secret, or altered bytes), or a secret is unusable.

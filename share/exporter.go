@@ -460,7 +460,8 @@ func (e *Exporter) Sessions() []*Session {
 }
 
 // Close revokes every importer (bounded by WithAckTimeout; those that do
-// not acknowledge are closed by force), stops serving, unmaps every
+// not acknowledge are closed by force), stops serving (it closes the
+// listeners given to Serve), unmaps every
 // registration and closes the exporter's UCX context. The memory of every
 // region may then be freed. Close is safe to call more than once and from
 // several goroutines; the later calls return nil.

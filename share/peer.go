@@ -214,7 +214,10 @@ func (r *PeerRegion) usable(op string, off, n int) error {
 }
 
 // AMQueue takes the active messages of one id that third peers send the
-// session (in rkey mode, its data path), for Region.ReceiveAM.
+// session (in rkey mode, its data path), for Region.ReceiveAM. Open it
+// before the peer sends (ConnectPeer after OpenAMQueue, for a peer that
+// sends its packed region on connection): a message of an id with no
+// queue is dropped, as are those past the 64 a queue holds unreceived.
 type AMQueue struct {
 	imp *Importer
 	id  ucp.AMID
@@ -230,7 +233,10 @@ type AMQueue struct {
 // into a region (Region.ReceiveAM) or Drop it.
 type AMMessage struct {
 	Header []byte
-	Data   []byte // an eager message's payload, when small
+	// Data is an eager message's payload when it is at most 16 KiB
+	// (a peer's packed region, say); otherwise nil: receive the payload
+	// into a region (Region.ReceiveAM).
+	Data []byte
 
 	imp  *Importer
 	id   uint64         // rkey mode: the data path's

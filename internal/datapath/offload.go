@@ -23,7 +23,7 @@ import (
 const (
 	maxPeers    = 16
 	maxHeld     = 64       // active messages reported and not yet received or dropped
-	maxEagerFwd = 16 << 10 // eager data the report carries (more: the message is dropped)
+	maxEagerFwd = 16 << 10 // eager data the report carries (more: none, receive it into a region)
 )
 
 type offload struct {
@@ -244,7 +244,7 @@ func (imp *importer) report(q *ucp.AMQueue, id uint16) {
 			o.held[n] = am
 		}
 		o.mu.Unlock()
-		if full || (!am.IsRendezvous() && len(am.Data) > maxEagerFwd) || len(am.Header) > maxKey {
+		if full || len(am.Header) > maxKey {
 			if !full {
 				o.mu.Lock()
 				delete(o.held, n)
@@ -253,7 +253,11 @@ func (imp *importer) report(q *ucp.AMQueue, id uint16) {
 			am.Drop()
 			continue
 		}
-		imp.c.send(message{Op: "am", Buf: n, AM: id, Key: am.Header, Data: am.Data, Len: uint64(am.Len()), Rndv: am.IsRendezvous()})
+		data := am.Data
+		if len(data) > maxEagerFwd {
+			data = nil // received into a region (am-receive), not reported
+		}
+		imp.c.send(message{Op: "am", Buf: n, AM: id, Key: am.Header, Data: data, Len: uint64(am.Len()), Rndv: am.IsRendezvous()})
 	}
 }
 
