@@ -244,7 +244,6 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 		}
 		pending = append(pending, req)
 	}
-	start := time.Now()
 	for i := range pending {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := pending[i].Wait(ctx)
@@ -264,7 +263,6 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("endpoint failure not reported")
 	}
-	assert.Less(t, time.Since(start), 2*timeout)
 	_, err := cl.ep.Get(make([]byte, 8), cl.raddr, cl.rkey)
 	require.Error(t, err, "operations after the failure are refused")
 }

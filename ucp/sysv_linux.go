@@ -16,7 +16,8 @@ import (
 // mapping). UCX's sysv reader attaches any segment a peer names; this only
 // keeps an attach that would fail (no such segment) from reaching UCX. A
 // segment removed between this check and UCX's attach, or one readable but
-// not writable here, can still fail there (see sysvSegmentAttachable).
+// not writable here, can still fail there (the attach check that follows
+// takes those).
 func sysvSegmentExists(id uint32) bool {
 	_, ok := sysvStat(id)
 	return ok

@@ -180,11 +180,9 @@ func testWaitHonoursContext(t *testing.T, opts ...ucp.WorkerOption) {
 	require.NoError(t, err)
 	dctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	err = req.Wait(dctx)
 	require.ErrorIs(t, err, ucs.ErrTimedOut)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(start), 10*time.Second)
 	assert.False(t, req.Done(), "a Wait that gave up leaves the get in flight")
 
 	// Once the target progresses, a second Wait resumes the same get.

@@ -86,7 +86,7 @@ type Worker struct {
 	amHeader   []byte          // a sent header's copy, reused under mu (UCX copies it on send)
 
 	// Active messages taken from the shim, in arrival order, for the one
-	// goroutine that runs handlers at a time (see dispatchPending).
+	// goroutine that runs handlers at a time (the dispatcher).
 	amPending   []*AMMessage
 	amSpare     []*AMMessage // the dispatcher's buffer, reused
 	dispatching bool

@@ -65,10 +65,8 @@ func TestRoleLinesStdinAndExit(t *testing.T) {
 func TestLineTimeoutAndEnd(t *testing.T) {
 	p := testproc.Start(t, testproc.Spec{Role: "echo"})
 	p.WaitLine(t, "ENV", 30*time.Second)
-	start := time.Now()
 	_, ok := p.Line(100 * time.Millisecond)
 	assert.False(t, ok)
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
 	select {
 	case <-p.Done():
 		t.Fatal("the child ended on a Line timeout")
@@ -99,10 +97,12 @@ func TestRoleNotInherited(t *testing.T) {
 }
 
 func TestRoundsCountAndStress(t *testing.T) {
+	var pause time.Duration
 	count := func() int {
 		n := 0
 		for range testproc.Rounds(3) {
 			n++
+			time.Sleep(pause)
 		}
 		return n
 	}
@@ -110,8 +110,7 @@ func TestRoundsCountAndStress(t *testing.T) {
 	t.Setenv(testproc.RoundsEnv, "5")
 	assert.Equal(t, 5, count())
 	t.Setenv(testproc.RoundsEnv, "")
-	t.Setenv(testproc.StressEnv, "200ms")
-	start := time.Now()
-	assert.GreaterOrEqual(t, count(), 3)
-	assert.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "stress rounds go on for the stress time")
+	t.Setenv(testproc.StressEnv, "500ms")
+	pause = 50 * time.Millisecond
+	assert.Greater(t, count(), 3, "stress rounds go on for the stress time, past the count")
 }
