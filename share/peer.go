@@ -104,21 +104,29 @@ func (p *Peer) Close() error {
 	p.closed = true
 	p.mu.Unlock()
 	imp := p.imp
-	ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
-	defer cancel()
 	if p.ep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+		defer cancel()
 		if err := p.ep.Close(ctx, ucp.CloseFlush); err != nil {
 			p.ep.Close(ctx, ucp.CloseForce)
 		}
 		return nil
 	}
-	if err := imp.dp.ClosePeer(p.id).Wait(ctx); err != nil {
+	return imp.closeWait("share: close peer", imp.dp.ClosePeer(p.id))
+}
+
+// closeWait waits for a data-path request that closes something, for the
+// handshake timeout; once the data path has ended, its end closed it too.
+func (imp *Importer) closeWait(op string, mv *datapath.Move) error {
+	ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
+	defer cancel()
+	if err := mv.Wait(ctx); err != nil {
 		select {
 		case <-imp.dp.Done():
-			return nil // the session's end closed it
+			return nil
 		default:
 		}
-		return wrapDP("share: close peer", err)
+		return wrapDP(op, err)
 	}
 	return nil
 }
@@ -187,17 +195,8 @@ func (r *PeerRegion) Close() error {
 	if r.id == 0 {
 		return r.rr.Key().Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.peer.imp.o.handshake)
-	defer cancel()
-	if err := r.peer.imp.dp.ClosePeerRegion(r.id).Wait(ctx); err != nil {
-		select {
-		case <-r.peer.imp.dp.Done():
-			return nil
-		default:
-		}
-		return wrapDP("share: close peer region", err)
-	}
-	return nil
+	imp := r.peer.imp
+	return imp.closeWait("share: close peer region", imp.dp.ClosePeerRegion(r.id))
 }
 
 func (r *PeerRegion) usable(op string, off, n int) error {
@@ -363,15 +362,7 @@ func (q *AMQueue) Close() error {
 		imp.mu.Lock()
 		delete(imp.amQueues, q.id)
 		imp.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), imp.o.handshake)
-		if e := imp.dp.CloseAMQueue(uint16(q.id)).Wait(ctx); e != nil {
-			select {
-			case <-imp.dp.Done():
-			default:
-				err = wrapDP("share: close active-message queue", e)
-			}
-		}
-		cancel()
+		err = imp.closeWait("share: close active-message queue", imp.dp.CloseAMQueue(uint16(q.id)))
 	}
 	for {
 		select {
