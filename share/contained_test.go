@@ -116,6 +116,17 @@ func (h *hostile) bindHeader(s share.Sealer) []byte {
 func (h *hostile) bind(addr string) {
 	t := h.t
 	t.Helper()
+	// This test process may hold other sockets with the data path (an
+	// intruder's, played in the same process): the data ports are those
+	// of this endpoint's worker only, as an importer's data path, a
+	// process of its own, reports them. Its ports are the ones new from
+	// here: its listening ports, and its connections' ports.
+	dp := dataPathListeningOn(t, h.port)
+	before := map[string]bool{}
+	for _, s := range tcpSockets(t, os.Getpid()) {
+		_, local, _ := strings.Cut(strings.Fields(s)[0], ":")
+		before[local] = true
+	}
 	var err error
 	h.openUCX()
 	host, _, _ := net.SplitHostPort(addr)
@@ -129,7 +140,6 @@ func (h *hostile) bind(addr string) {
 	require.NoError(t, h.ep.Flush(ctx))
 	// The data ports: this process's tcp ports of its connections with
 	// the data path (docs/share-protocol.md).
-	dp := dataPathListeningOn(t, h.port)
 	theirs := map[string]bool{}
 	for _, s := range tcpSockets(t, dp) {
 		_, port, _ := strings.Cut(strings.Fields(s)[0], ":")
@@ -141,7 +151,7 @@ func (h *hostile) bind(addr string) {
 		f := strings.Fields(s)
 		_, local, _ := strings.Cut(f[0], ":")
 		_, remote, _ := strings.Cut(f[1], ":")
-		if f[2] == "01" && theirs[remote] {
+		if f[2] == "01" && theirs[remote] && !before[local] {
 			p, _ := strconv.ParseUint(local, 16, 16)
 			ports = binary.LittleEndian.AppendUint16(ports, uint16(p))
 			n++
