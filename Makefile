@@ -118,7 +118,7 @@ demo-native:
 # that alone is reported, not counted as a failure.
 FUZZ_TARGETS := ucp:FuzzImportDescriptor ucp:FuzzUnpackRkey ucp:FuzzConnectWorker internal/wire:FuzzWalkWorkerAddress uct:FuzzUnpackRkey uct:FuzzAttach \
 	share:FuzzReadFrame share:FuzzDecodeImporterHello share:FuzzDecodeExporterHello share:FuzzDecodeGrant share:FuzzOpenGrant \
-	share:FuzzDecodeRevoke share:FuzzDecodeAck share:FuzzDecodeRefuse share:FuzzHMACSealer share:FuzzDecodeAccepted share:FuzzDecodeDataPorts
+	share:FuzzDecodeRevoke share:FuzzDecodeAck share:FuzzDecodeRefuse share:FuzzHMACSealer share:FuzzDecodeAccepted share:FuzzDecodeImporterProof share:FuzzDecodeDataPorts
 fuzz-native:
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} (./$${t%%:*}/) for $(FUZZTIME)"; \

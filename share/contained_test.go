@@ -48,9 +48,8 @@ type hostile struct {
 	s        share.Sealer
 	grants   map[string]rawGrant
 	keys     []*ucp.RemoteKey
-	port     uint16   // the data path's, from accepted
-	token    [16]byte // the session's, from the hello
-	exporter [16]byte // the exporter's id, from the hello
+	port     uint16      // the data path's, from accepted
+	raw      *rawSession // the handshake
 }
 
 // rawGrant is a grant's fields as docs/share-protocol.md lays them out.
@@ -84,34 +83,17 @@ func proveHostile(t testing.TB, addr string, s share.Sealer) *hostile {
 	h := &hostile{t: t, c: c, s: s, grants: map[string]rawGrant{}}
 	t.Cleanup(h.close)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	require.NoError(t, rawWrite(c, 1, rawHello(2)))
-	typ, hello, err := rawRead(c)
-	require.NoError(t, err)
-	require.Equal(t, byte(2), typ, "hello: %q", hello)
-	require.Len(t, hello, 46)
-	var exporter, token [16]byte
-	copy(exporter[:], hello[14:30])
-	copy(token[:], hello[30:46])
-	proof, err := s.Seal(append(append([]byte("UCXPROOF"), token[:]...), exporter[:]...))
-	require.NoError(t, err)
-	require.NoError(t, rawWrite(c, 9, proof))
-	typ, acc, err := rawRead(c)
-	require.NoError(t, err)
-	require.Equal(t, byte(10), typ, "accepted: %q", acc)
-	require.Len(t, acc, 2)
-	h.port, h.token, h.exporter = binary.LittleEndian.Uint16(acc), token, exporter
+	h.raw = rawOpen(t, c, s)
+	require.Equal(t, byte(2), h.raw.mode, "rkey mode")
+	h.port = h.raw.port
 	return h
 }
 
 // bindHeader is the bind message's header: the claim sealed with s
 // (docs/share-protocol.md).
-func (h *hostile) bindHeader(s share.Sealer) []byte {
-	b, err := s.Seal(append(append([]byte("UCX-BIND"), h.token[:]...), h.exporter[:]...))
-	require.NoError(h.t, err)
-	return b
-}
+func (h *hostile) bindHeader(s share.Sealer) []byte { return h.raw.bindClaim(s) }
 
-// bind connects UCX to the data path, sends the session's token, and
+// bind connects UCX to the data path, sends the bind claim, and
 // installs the grants up to ready.
 func (h *hostile) bind(addr string) {
 	t := h.t
@@ -677,8 +659,9 @@ func memoryHolds(t *testing.T, pid int, needle []byte) bool {
 // The window of another session's bind: between the exporter's accepted
 // and the importer's bind, a process on the importer's host (which the
 // data path's filter admits) connects to the data path and claims the
-// connection with what it could know or read there: the session's token
-// (in the hello), a header sealed under another secret, garbage. The data
+// connection with what it could know or read there: another session's
+// claim (replayed: it seals that handshake's transcript), the session's id,
+// a header sealed under another secret, garbage. The data
 // path holds nothing to judge a claim by and asks the exporter, which
 // opens the sealed claim: each is refused and its endpoint closed; the
 // importer's own claim binds; the grants, mapped only after the bind, are
@@ -688,13 +671,15 @@ func TestContainedBindWindow(t *testing.T) {
 	mem := newMemory(t, want)
 	e, addr := serve(t)
 	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
-	h := proveHostile(t, addr, sealer(t)) // the importer, before its bind
+	earlier := proveHostile(t, addr, sealer(t)) // a session whose claim a relay replays
+	h := proveHostile(t, addr, sealer(t))       // the importer, before its bind
 	host, _, _ := net.SplitHostPort(addr)
 	data := net.JoinHostPort(host, strconv.Itoa(int(h.port)))
 	other, err := share.NewHMACSealer([]byte("another secret, of 32 bytes ...."))
 	require.NoError(t, err)
 	for name, header := range map[string][]byte{
-		"the session's token":          h.token[:],
+		"another session's claim":      earlier.bindHeader(sealer(t)),
+		"the session's id":             h.raw.session[:],
 		"a claim under another secret": h.bindHeader(other),
 		"garbage":                      bytes.Repeat([]byte{0xa5}, 64),
 	} {

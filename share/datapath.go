@@ -21,27 +21,23 @@ import (
 // the importer's sealed claim (bindMessage), which this process judges.
 func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 	const op = "share: session data path"
-	local, err := netip.ParseAddrPort(s.conn.LocalAddr().String())
+	local, peer, err := dataHosts(s.conn)
 	if err != nil {
-		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its local address is " + s.conn.LocalAddr().String() + ")", Wrapped: err}
+		return nil, err
 	}
-	peer, err := netip.ParseAddrPort(s.conn.RemoteAddr().String())
-	if err != nil {
-		return nil, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its remote address is " + s.conn.RemoteAddr().String() + ")", Wrapped: err}
-	}
-	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local.Addr().Unmap(),
-		Peer: peer.Addr().Unmap(), AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
+	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local,
+		Peer: peer, AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
 	if !configures(cfg.UCX, "NET_DEVICES") {
-		if err := loopbackUsable(local.Addr(), ucs.LoadedVersion()); err != nil {
+		if err := loopbackUsable(local, ucs.LoadedVersion()); err != nil {
 			return nil, err
 		}
-		if dev := DevicesFacing(local.Addr()); dev != "" {
+		if dev := DevicesFacing(local); dev != "" {
 			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
 		}
 	}
 	// The importer's bind message carries its sealed claim; the data path
 	// holds no secret and asks here.
-	want := bindMessage(s.token, s.e.id)
+	want := bindMessage(s.t3)
 	claims := func(header []byte) bool {
 		msg, err := s.e.sealer.Open(header)
 		return err == nil && bytes.Equal(msg, want)
@@ -51,6 +47,27 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
 	return dp, nil
+}
+
+// dataHosts are the IP addresses of this side and of the peer that a
+// session's data paths use: the control connection's, or for a Unix
+// socket (the peer is on this host) the loopback address on both sides.
+func dataHosts(conn net.Conn) (local, peer netip.Addr, err error) {
+	const op = "share: session data path"
+	if conn.LocalAddr() != nil && conn.LocalAddr().Network() == "unix" {
+		lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		return lo, lo, nil
+	}
+	l, err := netip.ParseAddrPort(addrString(conn.LocalAddr()))
+	if err == nil {
+		var r netip.AddrPort
+		if r, err = netip.ParseAddrPort(addrString(conn.RemoteAddr())); err == nil {
+			return l.Addr().Unmap(), r.Addr().Unmap(), nil
+		}
+	}
+	return netip.Addr{}, netip.Addr{}, &ucs.Error{Op: op, Err: ucs.ErrInvalidParam,
+		Reason: "rkey mode needs a TCP (or TLS over TCP) or Unix-socket control connection; its addresses are " +
+			addrString(conn.LocalAddr()) + " and " + addrString(conn.RemoteAddr()), Wrapped: err}
 }
 
 // loopbackUsable refuses a data path bound to a loopback device on UCX

@@ -1,12 +1,14 @@
 package share
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"github.com/ucxgo/ucx/internal/datapath"
 	"net"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -39,6 +41,9 @@ type exporterOptions struct {
 	lease     time.Duration
 	ack       time.Duration
 	handshake time.Duration
+	hello     time.Duration
+	limits    Limits
+	dialed    []string
 	config    [][2]string
 	name      string
 }
@@ -64,6 +69,47 @@ func WithAckTimeout(d time.Duration) ExporterOption { return func(o *exporterOpt
 // DefaultHandshakeTimeout).
 func WithHandshakeTimeout(d time.Duration) ExporterOption {
 	return func(o *exporterOptions) { o.handshake = d }
+}
+
+// Limits bounds what a party that has not proved the secret, and each
+// importer host, can hold of an exporter. A zero field takes its default
+// (DefaultLimits).
+type Limits struct {
+	// Handshakes is how many connections may be in their handshake at
+	// once; Serve closes the others as it accepts them, unanswered.
+	Handshakes int
+	// HandshakesPerHost is how many of those may come from one source
+	// address (a Unix socket's connections are one source).
+	HandshakesPerHost int
+	// Hello bounds the time from the accept to the importer's hello (a
+	// TLS handshake included); the rest of the handshake is bounded by
+	// WithHandshakeTimeout.
+	Hello time.Duration
+	// SessionsPerHost is how many sessions whose importer proved the
+	// secret may be open at once from one importer host (its address):
+	// the next is refused with ErrRefused. Each holds a registration per
+	// region and, in rkey mode, a data-path process.
+	SessionsPerHost int
+}
+
+// DefaultLimits are the limits an exporter applies unless WithLimits
+// says otherwise.
+var DefaultLimits = Limits{Handshakes: 64, HandshakesPerHost: 8, Hello: 2 * time.Second, SessionsPerHost: 16}
+
+// WithLimits sets the exporter's limits on unauthenticated connections
+// and on each importer host's sessions (docs/security.md says what a
+// flood holds under the defaults).
+func WithLimits(l Limits) ExporterOption { return func(o *exporterOptions) { o.limits = l } }
+
+// WithDialAddresses names addresses importers dial that reach this
+// exporter through an address translation (a port forward, a load
+// balancer), as "host:port" (or a Unix socket's path). An importer's
+// proof covers the address it dialed; the exporter accepts the address
+// its side of the connection has, and these. Anything else is refused
+// (a relay between the importer and the exporter dials from another
+// connection).
+func WithDialAddresses(addrs ...string) ExporterOption {
+	return func(o *exporterOptions) { o.dialed = append(o.dialed, addrs...) }
 }
 
 // WithUCXConfig sets a UCX configuration value of the exporter's UCX
@@ -120,6 +166,8 @@ type Exporter struct {
 	order     []string // region ids in the order added
 	sessions  map[*Session]struct{}
 	nextSess  uint64
+	shaking   int                // connections in their handshake
+	shakingBy map[netip.Addr]int // of which from each source address
 	listeners map[net.Listener]struct{}
 	wg        sync.WaitGroup
 
@@ -148,12 +196,25 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	if o.lease <= 0 || o.ack <= 0 || o.handshake <= 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "lease, ack and handshake timeouts must be positive")
 	}
+	l, d := &o.limits, DefaultLimits
+	if l.Handshakes < 0 || l.HandshakesPerHost < 0 || l.Hello < 0 || l.SessionsPerHost < 0 {
+		return nil, errs.New(op, ucs.ErrInvalidParam, "limits cannot be negative (zero takes the default)")
+	}
+	l.Handshakes = cmp.Or(l.Handshakes, d.Handshakes)
+	l.HandshakesPerHost = cmp.Or(l.HandshakesPerHost, d.HandshakesPerHost)
+	l.Hello = cmp.Or(l.Hello, d.Hello)
+	l.SessionsPerHost = cmp.Or(l.SessionsPerHost, d.SessionsPerHost)
+	for _, a := range o.dialed {
+		if a == "" || len(a) > maxDialed {
+			return nil, errs.New(op, ucs.ErrInvalidParam, "a dial address of %d bytes (1 to %d)", len(a), maxDialed)
+		}
+	}
 	mode, why, err := chooseMode(o.mode)
 	if err != nil {
 		return nil, err
 	}
 	e := &Exporter{sealer: sealer, o: o, mode: mode, why: why,
-		regions: map[string]*region{}, sessions: map[*Session]struct{}{},
+		regions: map[string]*region{}, sessions: map[*Session]struct{}{}, shakingBy: map[netip.Addr]int{},
 		listeners: map[net.Listener]struct{}{}}
 	rand.Read(e.id[:])
 	if mode == ModeExport {
@@ -430,7 +491,7 @@ func (e *Exporter) Serve(l net.Listener) error {
 		}
 		s := e.newSession(c)
 		if s == nil {
-			c.Close()
+			c.Close() // over a limit, or closed: no goroutine, no byte read
 			continue
 		}
 		go s.serve()
@@ -511,19 +572,92 @@ func (e *Exporter) Close() error {
 	return err
 }
 
+// newSession files an accepted connection as a session in its
+// handshake, or returns nil when the exporter is closed or the connection
+// is over a handshake limit.
 func (e *Exporter) newSession(c net.Conn) *Session {
+	host := sourceOf(c)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return nil
 	}
+	if e.shaking >= e.o.limits.Handshakes || e.shakingBy[host] >= e.o.limits.HandshakesPerHost {
+		e.st.throttled.Add(1)
+		return nil
+	}
+	e.shaking++
+	e.shakingBy[host]++
 	e.nextSess++
-	s := &Session{e: e, id: e.nextSess, conn: c, gens: map[string][]*generation{}, done: make(chan struct{}), started: time.Now()}
+	s := &Session{e: e, id: e.nextSess, conn: c, host: host, shaking: true, gens: map[string][]*generation{}, done: make(chan struct{}), started: time.Now()}
 	rand.Read(s.token[:])
 	e.sessions[s] = struct{}{}
 	e.st.served.Add(1)
 	return s
 }
+
+// handshakeOver releases s's place among the connections in their
+// handshake.
+func (e *Exporter) handshakeOver(s *Session) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !s.shaking {
+		return
+	}
+	s.shaking = false
+	e.shaking--
+	if e.shakingBy[s.host]--; e.shakingBy[s.host] == 0 {
+		delete(e.shakingBy, s.host)
+	}
+}
+
+// admit counts s, whose importer proved the secret, against its host's
+// sessions, or refuses it.
+func (e *Exporter) admit(s *Session) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for o := range e.sessions {
+		if o.authed && o.host == s.host {
+			n++
+		}
+	}
+	if n >= e.o.limits.SessionsPerHost {
+		return &ucs.Error{Op: "share: session handshake", Err: ErrRefused,
+			Reason: fmt.Sprintf("%d sessions from this importer's host are open (Limits.SessionsPerHost)", n)}
+	}
+	s.authed = true
+	return nil
+}
+
+// sourceOf is a connection's source address (the zero Addr for a Unix
+// socket's, or any without an IP address: one source).
+func sourceOf(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(addrString(c.RemoteAddr())); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// dialedHere says whether dialed, the address the importer says it
+// dialed, reaches this exporter on s's connection.
+func (s *Session) dialedHere(dialed string) bool {
+	if sameAddress(dialed, s.conn.LocalAddr()) {
+		return true
+	}
+	for _, a := range s.e.o.dialed {
+		if a == dialed || sameAddress(dialed, stringAddr(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// stringAddr is a net.Addr that is a string.
+type stringAddr string
+
+func (a stringAddr) Network() string { return "" }
+func (a stringAddr) String() string  { return string(a) }
 
 // String names the session for logs: its number and the importer's
 // address.

@@ -337,17 +337,6 @@ func frame(typ byte, payload []byte) []byte {
 	return append(append(b, typ), payload...)
 }
 
-// wireVersion is the control protocol's version this package speaks.
-const wireVersion = 2
-
-// hello is an importer's hello (docs/share-protocol.md): magic, u16
-// protocol version, the UCX release, flags, the mode wanted.
-func hello(proto uint16) []byte {
-	v := ucs.LoadedVersion()
-	b := binary.LittleEndian.AppendUint16([]byte("UCXSHARE"), proto)
-	return append(b, byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0)
-}
-
 // readFrames reads frames until the connection ends; err is what ended
 // it (io.EOF, a reset, a timeout).
 func readFrames(c net.Conn) (types []byte, payloads [][]byte, err error) {
@@ -446,11 +435,13 @@ var badFrames = []struct {
 	refuse string // what the refusal must say, if one must come
 }{
 	{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ""},
-	{"cut mid-frame", frame(1, hello(wireVersion))[:9], ""},
-	{"truncated hello", frame(1, hello(wireVersion)[:11]), "truncated hello"},
-	{"previous protocol version", frame(1, hello(wireVersion-1)), "protocol version 1"},
-	{"other protocol version", frame(1, hello(wireVersion+1)), "protocol version 3"},
+	{"cut mid-frame", frame(1, rawHello(wireVersion, "192.0.2.2:1"))[:9], ""},
+	{"truncated hello", frame(1, rawHello(wireVersion, "192.0.2.2:1")[:11]), "truncated hello"},
+	{"previous protocol version", frame(1, rawHello(wireVersion-1, "")), "protocol version 2, this exporter 3"},
+	{"other protocol version", frame(1, rawHello(wireVersion+1, "")), "protocol version 4, this exporter 3"},
 	{"oversized frame", append(binary.LittleEndian.AppendUint32(nil, 128<<10+1), 1), ""},
+	{"hello over the hello's limit", append(binary.LittleEndian.AppendUint32(nil, 513), 1), ""},
+	{"another address dialed", frame(1, rawHello(wireVersion, "192.0.2.99:13337")), "which is not this exporter's address"},
 	{"not a hello", frame(9, make([]byte, 48)), ""},
 }
 
@@ -481,7 +472,7 @@ func sendRaw(t *testing.T, addr string, b []byte) ([]byte, [][]byte) {
 func TestProtocolViolationRefusedOnce(t *testing.T) {
 	t.Parallel()
 	_, addr := serve(t)
-	types, _ := sendRaw(t, addr, frame(1, hello(wireVersion)[:11]))
+	types, _ := sendRaw(t, addr, frame(1, rawHello(wireVersion, "192.0.2.2:1")[:11]))
 	assert.Equal(t, []byte{frameRefuse}, types, "the frames in answer")
 }
 
@@ -501,8 +492,10 @@ type mitm struct {
 	conns   []net.Conn
 }
 
-func startMITM(t *testing.T, target string, alter func(typ byte, p []byte), keep bool) *mitm {
-	m := &mitm{l: listen(t), target: target, alter: alter, keep: keep}
+// startMITM relays l's connections (an address the exporter was told
+// importers dial: share.WithDialAddresses) to target.
+func startMITM(t *testing.T, l net.Listener, target string, alter func(typ byte, p []byte), keep bool) *mitm {
+	m := &mitm{l: l, target: target, alter: alter, keep: keep}
 	m.wg.Add(1)
 	go m.accept()
 	t.Cleanup(func() {
@@ -596,10 +589,11 @@ func TestAlteredGrantRefused(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(64<<10, 1))
 	a := mem.Bytes()
-	e, addr := serve(t)
+	pl := listen(t)
+	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
 	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	var once sync.Once
-	m := startMITM(t, addr, func(typ byte, p []byte) {
+	m := startMITM(t, pl, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
 			// The sealed grant ends with the key and a 32-byte MAC: this
 			// is the key's last byte.
@@ -644,10 +638,11 @@ func TestAlteredGrantRefused(t *testing.T) {
 func TestRefusedGrantCountedOnce(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(4096, 1))
-	e, addr := serve(t)
+	pl := listen(t)
+	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
 	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	var once sync.Once
-	m := startMITM(t, addr, func(typ byte, p []byte) {
+	m := startMITM(t, pl, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
 			once.Do(func() { p[len(p)-33] ^= 0x10 })
 		}
@@ -676,11 +671,12 @@ func TestRegionsRevokedWhenSessionEnds(t *testing.T) {
 	for i := range regions {
 		mems = append(mems, memory(t, pattern(4096, byte(i))))
 	}
-	e, addr := serve(t)
+	pl := listen(t)
+	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
 	for i, mem := range mems {
 		require.NoError(t, e.Add(fmt.Sprintf("r%02d", i), mem, ucp.ProtRemoteRead))
 	}
-	m := startMITM(t, addr, nil, true)
+	m := startMITM(t, pl, addr, nil, true)
 	succeeded := 0
 	buf := make([]byte, 4096)
 	const rounds = 5 // a race: five sessions, 32 reads each

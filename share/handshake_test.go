@@ -3,6 +3,8 @@ package share_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -38,17 +40,118 @@ func rawRead(r io.Reader) (byte, []byte, error) {
 	return h[4], p, err
 }
 
-func rawHello(proto uint16) []byte {
-	v := ucs.LoadedVersion()
+// wireVersion is the control protocol's version this package speaks.
+const wireVersion = 3
+
+// rawHello is an importer's hello of version proto: for this version,
+// docs/share-protocol.md's layout (a fresh nonce, the address dialed);
+// for another, the magic and the version, then what version 2 sent.
+func rawHello(proto uint16, dialed string) []byte {
 	b := binary.LittleEndian.AppendUint16([]byte("UCXSHARE"), proto)
-	return append(b, byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0)
+	if proto != wireVersion {
+		v := ucs.LoadedVersion()
+		return append(b, byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0)
+	}
+	nonce := make([]byte, 32)
+	rand.Read(nonce)
+	b = append(b, nonce...)
+	return append(append(b, byte(len(dialed))), dialed...)
+}
+
+// rawSession is an importer's side of the handshake, written from
+// docs/share-protocol.md alone.
+type rawSession struct {
+	t          testing.TB
+	c          net.Conn
+	s          share.Sealer
+	helloI     []byte // payloads as sent
+	helloE     []byte
+	t1, t2, t3 [32]byte
+	exporter   [16]byte // from accepted
+	session    [16]byte
+	mode       byte
+	port       uint16
+}
+
+// lp is b with its length (u32, little-endian) ahead, after dst.
+func lp(dst, b []byte) []byte {
+	return append(binary.LittleEndian.AppendUint32(dst, uint32(len(b))), b...)
+}
+
+// rawHelloes sends a hello naming the address the connection dialed and
+// reads the exporter's, checking its proof: it returns whether the proof
+// holds under r.s.
+func (r *rawSession) hellos() bool {
+	t := r.t
+	r.helloI = rawHello(wireVersion, r.c.RemoteAddr().String())
+	require.NoError(t, rawWrite(r.c, 1, r.helloI))
+	typ, p, err := rawRead(r.c)
+	require.NoError(t, err)
+	require.Equal(t, byte(2), typ, "the exporter's hello: %q", p)
+	r.helloE = p
+	require.GreaterOrEqual(t, len(p), 44, "the exporter's hello")
+	require.Equal(t, "UCXSHARE", string(p[:8]))
+	require.Equal(t, uint16(wireVersion), binary.LittleEndian.Uint16(p[8:]))
+	n := int(binary.LittleEndian.Uint16(p[42:]))
+	require.Len(t, p, 44+n, "magic, version, nonce, the proof's length and the proof: nothing else")
+	r.t1 = sha256.Sum256(append(lp(lp([]byte("ucxshare/3"), r.helloI), nil), p[10:42]...))
+	msg, err := r.s.Open(p[44:])
+	return err == nil && bytes.Equal(msg, append([]byte("UCXPRF-E"), r.t1[:]...))
+}
+
+// prove sends the proof frame (this release, no import, mode auto) and
+// returns the exporter's answer.
+func (r *rawSession) prove() (byte, []byte) {
+	t := r.t
+	v := ucs.LoadedVersion()
+	params := []byte{byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0}
+	r.t2 = sha256.Sum256(lp(lp(r.t1[:], r.helloE), params))
+	proof, err := r.s.Seal(append([]byte("UCXPRF-I"), r.t2[:]...))
+	require.NoError(t, err)
+	r.t3 = sha256.Sum256(lp(r.t2[:], proof))
+	require.NoError(t, rawWrite(r.c, 9, append(binary.LittleEndian.AppendUint16(params, uint16(len(proof))), proof...)))
+	typ, p, err := rawRead(r.c)
+	require.NoError(t, err)
+	return typ, p
+}
+
+// accept opens the accepted frame and reads its fields.
+func (r *rawSession) accept(p []byte) {
+	t := r.t
+	msg, err := r.s.Open(p)
+	require.NoError(t, err, "the accepted frame opens")
+	require.Len(t, msg, 8+32+3+1+16+16+2)
+	require.Equal(t, "UCXACCPT", string(msg[:8]))
+	require.Equal(t, r.t3[:], msg[8:40], "accepted names this handshake's transcript")
+	r.mode = msg[43]
+	copy(r.exporter[:], msg[44:60])
+	copy(r.session[:], msg[60:76])
+	r.port = binary.LittleEndian.Uint16(msg[76:])
+}
+
+// rawOpen runs the handshake up to accepted on c, with sealer s.
+func rawOpen(t testing.TB, c net.Conn, s share.Sealer) *rawSession {
+	t.Helper()
+	r := &rawSession{t: t, c: c, s: s}
+	require.True(t, r.hellos(), "the exporter proves the secret")
+	typ, p := r.prove()
+	require.Equal(t, byte(10), typ, "accepted: %q", p)
+	r.accept(p)
+	return r
+}
+
+// bindClaim is the bind message's header: Seal("UCX-BIND" ‖ t3) with s.
+func (r *rawSession) bindClaim(s share.Sealer) []byte {
+	b, err := s.Seal(append([]byte("UCX-BIND"), r.t3[:]...))
+	require.NoError(r.t, err)
+	return b
 }
 
 // A peer that never proves the secret gets no grant, even for a region
-// added while it waits, and no data path: the exporter's hello names no
-// data port (46 bytes: magic, version, UCX release, mode, exporter and
-// session ids), and the session's data path, whose port only the accepted
-// frame carries, starts once the proof holds, so no accepted frame comes.
+// added while it waits, and learns nothing of the exporter: its hello
+// holds a nonce and the exporter's proof over this handshake, no id, no
+// release, no mode, no port; the session's data path starts once the
+// importer's proof holds, so no accepted frame comes.
 func TestNoGrantBeforeProof(t *testing.T) {
 	mem := memory(t, bytes.Repeat([]byte("TOP-SECRET "), 100))
 	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithHandshakeTimeout(time.Second))
@@ -56,13 +159,10 @@ func TestNoGrantBeforeProof(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	require.NoError(t, rawWrite(c, 1, rawHello(wireVersion)))
-	typ, hello, err := rawRead(c)
-	require.NoError(t, err)
-	require.Equal(t, byte(2), typ)
-	assert.Len(t, hello, 46, "the exporter's hello holds no data port")
+	r := &rawSession{t: t, c: c, s: sealer(t)}
+	require.True(t, r.hellos(), "the exporter's proof holds")
 	require.NoError(t, e.Add("payroll", mem, ucp.ProtRemoteRead))
-	typ, _, err = rawRead(c)
+	typ, _, err := rawRead(c)
 	if err == nil {
 		assert.Equal(t, byte(3), typ, "the only frame after the hello is a refusal at the deadline")
 	}
@@ -222,9 +322,9 @@ func TestRemoveDuringHandshake(t *testing.T) {
 // reads the region after the exporter's Remove.
 func TestReplayedGrantRefused(t *testing.T) {
 	mem := memory(t, bytes.Repeat([]byte("abcdefgh"), 512))
-	e, addr := serve(t)
+	pl := listen(t) // a relay the exporter was told of (WithDialAddresses)
+	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
 	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
-	pl := listen(t)
 	var mu sync.Mutex
 	var grant []byte
 	var toImp net.Conn
@@ -278,16 +378,16 @@ func TestReplayedGrantRefused(t *testing.T) {
 }
 
 // A hello of another protocol version (the one before, or the next) is
-// refused by its version, whatever its length.
+// refused by its version, whatever its length, with both versions named.
 func TestOtherVersionRefusedByVersion(t *testing.T) {
 	_, addr := serve(t)
 	for _, v := range []struct {
 		hello   []byte
 		version string
 	}{
-		{rawHello(wireVersion - 1), "protocol version 1"},
-		{rawHello(wireVersion + 1), "protocol version 3"},
-		{append(rawHello(wireVersion+1), 0, 0, 0), "protocol version 3"},
+		{rawHello(wireVersion-1, ""), "the importer speaks protocol version 2, this exporter 3"},
+		{rawHello(wireVersion+1, ""), "the importer speaks protocol version 4, this exporter 3"},
+		{append(rawHello(wireVersion+1, ""), 0, 0, 0), "protocol version 4"},
 	} {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)

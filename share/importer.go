@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +92,8 @@ type Importer struct {
 	conn   net.Conn
 	sealer Sealer
 	o      importerOptions
-	hello  *exporterHello
+	acc    *accepted // the exporter's parameters, once both proofs held
+	t3     [32]byte  // the handshake's transcript, which the bind claim seals
 
 	// rkey mode: the session's data path and the staging file shared with
 	// it: call slots for ReadAt and WriteAt, then the offload area.
@@ -222,10 +224,23 @@ func (imp *Importer) handshake(ctx context.Context) error {
 	if imp.o.want == ModeExport && !canImport {
 		return &ucs.Error{Op: op, Err: ucs.ErrUnsupported, Reason: "export mode required, and no memory domain here can import exported keys", Wrapped: uct.HaveExportedMkey()}
 	}
-	if err := imp.send(frameHelloImporter, (&importerHello{Proto: protoVersion, UCX: local, CanImport: canImport, Want: imp.o.want}).encode()); err != nil {
+	dialed, err := dialedAddress(imp.conn)
+	if err != nil {
+		return err
+	}
+	binding, err := channelBinding(ctx, imp.conn)
+	if err != nil {
+		return err
+	}
+	// 1. The hello: a nonce and the address dialed, nothing else.
+	hi := importerHello{Proto: protoVersion, Dialed: dialed}
+	rand.Read(hi.Nonce[:])
+	hib := hi.encode()
+	if err := imp.send(frameHelloImporter, hib); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the hello", Wrapped: err}
 	}
-	t, p, err := readFrame(imp.conn)
+	// 2. The exporter proves the secret over this connection first.
+	t, p, err := readFrameMax(imp.conn, maxHelloFrame)
 	if err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no hello from the exporter", Wrapped: err}
 	}
@@ -242,66 +257,85 @@ func (imp *Importer) handshake(ctx context.Context) error {
 	if h.Proto != protoVersion {
 		return &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the exporter speaks protocol version %d, this importer %d", h.Proto, protoVersion)}
 	}
-	if err := compatible(h.UCX, local); err != nil {
-		return err
+	var tr transcript
+	tr.first(hib, binding, h.Nonce)
+	if !checkSealed(imp.sealer, h.Proof, proofMessage(exporterProofLabel, tr.t1)) {
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the exporter did not prove the shared secret on this connection: " +
+			"the two sides hold different secrets, or the party dialed is not the exporter (a relay)"}
 	}
-	if imp.o.want != ModeAuto && h.Mode != imp.o.want {
-		return &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("%s mode required, and the exporter offers %s mode", imp.o.want, h.Mode)}
-	}
-	imp.hello = h
-	proof, err := imp.sealer.Seal(proofMessage(h.Session, h.Exporter))
-	if err != nil {
+	// 3. This side's proof, over everything so far and its parameters.
+	ip := importerProof{UCX: local, CanImport: canImport, Want: imp.o.want}
+	tr.second(p, ip.params())
+	if ip.Proof, err = imp.sealer.Seal(proofMessage(importerProofLabel, tr.t2)); err != nil {
 		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
 	}
-	if err := imp.send(frameProof, proof); err != nil {
+	if len(ip.Proof) > maxSealed {
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: fmt.Sprintf("the Sealer made a %d-byte proof (at most %d)", len(ip.Proof), maxSealed)}
+	}
+	if err := imp.send(frameProof, ip.encode()); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the proof", Wrapped: err}
 	}
-	// In rkey mode the session's data path starts while the exporter
-	// checks the proof and starts its own; it connects once accepted.
+	tr.third(ip.Proof)
+	imp.t3 = tr.t3
+	// Where the session can only be in rkey mode, its data path starts
+	// while the exporter checks the proof; it connects once accepted.
 	var started chan error
-	if h.Mode == ModeRkey {
+	startDP := func() {
 		started = make(chan error, 1)
 		go func() { started <- imp.startDataPath(ctx) }()
-		defer func() {
-			if started != nil {
-				<-started // the data path, if it started, ends with the session (teardown)
-			}
-		}()
 	}
-	// The exporter checks the proof before this side's UCX connects.
-	var dataPort uint16
-	if t, p, err = readFrame(imp.conn); err != nil {
+	defer func() {
+		if started != nil {
+			<-started // the data path, if it started, ends with the session (teardown)
+		}
+	}()
+	if imp.o.want == ModeRkey || !canImport {
+		startDP()
+	}
+	// 4. The exporter's parameters, sealed over the transcript.
+	if t, p, err = readFrameMax(imp.conn, maxAcceptedFrame); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no answer to the proof", Wrapped: err}
 	}
 	switch t {
 	case frameAccepted:
-		if dataPort, err = decodeAccepted(h.Mode, p); err != nil {
-			return err
-		}
 	case frameRefuse:
 		return refusedBy(op, p)
 	default:
 		return protoErr(op, "expected the exporter to accept the proof, got a %s", t)
 	}
-	if h.Mode == ModeExport {
+	msg, err := imp.sealer.Open(p)
+	if err != nil {
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the accepted message does not authenticate under this importer's secret"}
+	}
+	acc, err := decodeAccepted(msg, tr.t3)
+	if err != nil {
+		return err
+	}
+	if err := compatible(acc.UCX, local); err != nil {
+		return err
+	}
+	if imp.o.want != ModeAuto && acc.Mode != imp.o.want {
+		return &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("%s mode required, and the exporter offers %s mode", imp.o.want, acc.Mode)}
+	}
+	imp.acc = acc
+	if acc.Mode == ModeExport {
 		if _, err := imp.ucx(); err != nil {
 			return err
 		}
 	} else {
-		host, _, err := net.SplitHostPort(imp.conn.RemoteAddr().String())
+		_, peer, err := dataHosts(imp.conn)
 		if err != nil {
-			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote address is not host:port", Wrapped: err}
+			return err
 		}
-		ap, err := netip.ParseAddr(host)
-		if err != nil {
-			return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "the control connection's remote host is not an IP address", Wrapped: err}
+		if started == nil {
+			startDP()
 		}
 		err = <-started
 		started = nil
 		if err != nil {
 			return imp.bothReleases(err)
 		}
-		ports, err := imp.dp.Connect(ctx, netip.AddrPortFrom(ap.Unmap(), dataPort))
+		ports, err := imp.dp.Connect(ctx, netip.AddrPortFrom(peer, acc.Port))
 		if err != nil {
 			return imp.bothReleases(wrapDP("share: session data path", err))
 		}
@@ -364,11 +398,11 @@ func refusedBy(op string, p []byte) error {
 // setting up the data path, as a mixed pair is the likely cause.
 func (imp *Importer) bothReleases(err error) error {
 	var e *ucs.Error
-	if !errors.As(err, &e) || imp.hello == nil {
+	if !errors.As(err, &e) || imp.acc == nil {
 		return err
 	}
 	c := *e
-	c.Reason = fmt.Sprintf("%s (exporter on UCX %s, importer on UCX %s)", e.Reason, imp.hello.UCX, ucs.LoadedVersion())
+	c.Reason = fmt.Sprintf("%s (exporter on UCX %s, importer on UCX %s)", e.Reason, imp.acc.UCX, ucs.LoadedVersion())
 	return &c
 }
 
@@ -384,14 +418,14 @@ func (imp *Importer) openGrant(sealed []byte) (*grant, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := imp.hello
+	h := imp.acc
 	bad := func(f string, args ...any) error {
 		return &ucs.Error{Op: op, Err: ErrGrant, Reason: fmt.Sprintf(f, args...)}
 	}
 	now := time.Now()
 	switch {
 	case g.UCX != h.UCX:
-		return nil, bad("the grant says UCX %s, the exporter's hello %s", g.UCX, h.UCX)
+		return nil, bad("the grant says UCX %s, the session's accepted message %s", g.UCX, h.UCX)
 	case g.Exporter != h.Exporter:
 		return nil, bad("the grant names another exporter")
 	case g.Session != h.Session:
@@ -581,10 +615,10 @@ func (imp *Importer) Region(id string) (*Region, error) {
 }
 
 // Mode is the exporter's mode for this session.
-func (imp *Importer) Mode() Mode { return imp.hello.Mode }
+func (imp *Importer) Mode() Mode { return imp.acc.Mode }
 
 // ExporterUCX is the exporter's UCX release.
-func (imp *Importer) ExporterUCX() ucs.Version { return imp.hello.UCX }
+func (imp *Importer) ExporterUCX() ucs.Version { return imp.acc.UCX }
 
 // ucx makes this process's UCX context and worker once (export mode:
 // they import the exporter's keys, and hold the offload calls' peers).
@@ -602,7 +636,7 @@ func (imp *Importer) ucx() (*ucp.Context, error) {
 	}
 	features := ucp.FeatureRMA | ucp.FeatureAM
 	var copts []ucp.ContextOption
-	if imp.hello.Mode == ModeExport {
+	if imp.acc.Mode == ModeExport {
 		features |= ucp.FeatureExportedMemh
 		for _, kv := range ExportModeConfig {
 			copts = append(copts, ucp.WithConfig(kv[0], kv[1]))
@@ -655,19 +689,22 @@ func (imp *Importer) startDataPath(ctx context.Context) error {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "reopening the staging file", Wrapped: err}
 	}
 	defer f.Close()
-	bind, err := imp.sealer.Seal(bindMessage(imp.hello.Session, imp.hello.Exporter))
+	bind, err := imp.sealer.Seal(bindMessage(imp.t3))
 	if err != nil {
 		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
 	}
-	remote, err := netip.ParseAddrPort(imp.conn.RemoteAddr().String())
+	local, remote, err := dataHosts(imp.conn)
 	if err != nil {
-		return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: "rkey mode needs an IP control connection (its remote address is " + imp.conn.RemoteAddr().String() + ")", Wrapped: err}
+		return err
 	}
-	cfg := datapath.Config{Name: "ucxshare-importer", Peer: remote.Addr().Unmap(), Bind: bind, AMBind: uint16(amBind),
+	cfg := datapath.Config{Name: "ucxshare-importer", Peer: remote, Bind: bind, AMBind: uint16(amBind),
 		UCX: imp.o.config, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size(),
 		OffBase: imp.offBase, OffSize: imp.o.staging}
-	if local, err := netip.ParseAddrPort(imp.conn.LocalAddr().String()); err == nil && !configures(cfg.UCX, "NET_DEVICES") {
-		if dev := DevicesFacing(local.Addr()); dev != "" {
+	if !configures(cfg.UCX, "NET_DEVICES") {
+		if err := loopbackUsable(local, ucs.LoadedVersion()); err != nil {
+			return err
+		}
+		if dev := DevicesFacing(local); dev != "" {
 			cfg.UCX = append([][2]string{{"NET_DEVICES", dev}}, cfg.UCX...)
 		}
 	}
@@ -831,7 +868,7 @@ func (imp *Importer) teardown() {
 // Stats returns the importer's counters.
 func (imp *Importer) Stats() ImporterStats {
 	c := &imp.st
-	st := ImporterStats{Mode: imp.hello.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+	st := ImporterStats{Mode: imp.acc.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		Reads: c.reads.Load(), Writes: c.writes.Load(), Revocations: c.revocations.Load(),
 		Rotations: c.rotations.Load(), Errors: c.errors.Load()}
 	var oldest time.Time

@@ -29,8 +29,10 @@ type tap struct {
 	flip   bool
 }
 
-func newTap(t *testing.T, exporter string, flip bool) *tap {
-	tp := &tap{l: listen(t), flip: flip}
+// newTap relays l's connections (an address the exporter was told
+// importers dial: share.WithDialAddresses) to exporter.
+func newTap(t *testing.T, l net.Listener, exporter string, flip bool) *tap {
+	tp := &tap{l: l, flip: flip}
 	go func() {
 		for {
 			ci, err := tp.l.Accept()
@@ -81,13 +83,15 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 		}
 	}
 	mem := memory(t, pattern(64<<10, 1))
-	e, addr := serve(t, share.WithLease(400*time.Millisecond), share.WithExpvarName("secrets"))
+	goodL, badL := listen(t), listen(t)
+	e, addr := serve(t, share.WithLease(400*time.Millisecond), share.WithExpvarName("secrets"),
+		share.WithDialAddresses(goodL.Addr().String(), badL.Addr().String()))
 	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
 	// A good session through the tap: its grants are what must not show.
-	good := newTap(t, addr, false)
+	good := newTap(t, goodL, addr, false)
 	imp, err := share.Dial(ctx, "tcp", good.l.Addr().String(), sealer(t), share.WithImporterExpvarName("secrets"))
 	require.NoError(t, err)
 	r, err := imp.Region("a")
@@ -112,7 +116,7 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 	require.NoError(t, err)
 	_, err = share.Dial(ctx, "tcp", addr, other)
 	add("wrong secret", err)
-	bad := newTap(t, addr, true)
+	bad := newTap(t, badL, addr, true)
 	_, err = share.Dial(ctx, "tcp", bad.l.Addr().String(), sealer(t))
 	require.Error(t, err)
 	add("altered grant", err)

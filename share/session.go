@@ -1,13 +1,14 @@
 package share
 
 import (
-	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"github.com/ucxgo/ucx/internal/datapath"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 	"unsafe"
@@ -24,7 +25,11 @@ type Session struct {
 	e       *Exporter
 	id      uint64
 	conn    net.Conn
-	token   [16]byte
+	token   [16]byte // the session's id, in its grants
+	t3      [32]byte // the handshake's transcript, which the bind claim seals
+	host    netip.Addr
+	authed  bool // both proofs held: it counts against its host's sessions (under the exporter's lock)
+	shaking bool // in its handshake: it counts against the handshake limits (under the exporter's lock)
 	started time.Time
 	dp      *datapath.Proc // rkey mode: the session's data-path process
 	peerUCX ucs.Version
@@ -122,7 +127,9 @@ func (s *Session) refuse(err error) {
 // serve runs the session: the handshake, the initial grants, then the
 // importer's acknowledgements until the session ends.
 func (s *Session) serve() {
-	if err := s.handshake(); err != nil {
+	err := s.handshake()
+	s.e.handshakeOver(s)
+	if err != nil {
 		s.e.st.refused.Add(1)
 		s.end(err, false)
 		return
@@ -191,8 +198,24 @@ func (s *Session) handshake() error {
 	const op = "share: session handshake"
 	e := s.e
 	deadline := time.Now().Add(e.o.handshake)
-	s.conn.SetDeadline(deadline)
-	t, p, err := readFrame(s.conn)
+	// The hello (and a TLS handshake before it) comes first and fast: a
+	// connection that holds its place without one is cut at the hello's
+	// deadline.
+	helloBy := time.Now().Add(e.o.limits.Hello)
+	if helloBy.After(deadline) {
+		helloBy = deadline
+	}
+	s.conn.SetDeadline(helloBy)
+	hctx, cancel := context.WithDeadline(context.Background(), helloBy)
+	binding, err := channelBinding(hctx, s.conn)
+	cancel()
+	if err != nil {
+		if errors.Is(err, ErrRefused) {
+			s.refuse(err)
+		}
+		return err
+	}
+	t, p, err := readFrameMax(s.conn, maxHelloFrame)
 	if err != nil {
 		return err
 	}
@@ -204,38 +227,77 @@ func (s *Session) handshake() error {
 		s.refuse(err)
 		return err
 	}
-	s.peerUCX = h.UCX
-	local := ucs.LoadedVersion()
 	if h.Proto != protoVersion {
-		err = &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the importer speaks protocol version %d, this exporter %d", h.Proto, protoVersion)}
-	} else if err = compatible(local, h.UCX); err == nil {
-		switch {
-		case h.Want != ModeAuto && h.Want != e.mode:
-			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "the importer requires " + h.Want.String() + " mode; this exporter runs in " + e.mode.String() + " mode (" + e.why + ")"}
-		case e.mode == ModeExport && !h.CanImport:
-			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "this exporter runs in export mode and the importer has no memory domain that can import exported keys"}
-		}
+		err := &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the importer speaks protocol version %d, this exporter %d", h.Proto, protoVersion)}
+		s.refuse(err)
+		return err
 	}
+	// The importer's proof will cover the address it dialed: one this
+	// connection does not reach the exporter at is a relay's, or an
+	// address translation's the exporter was not told of.
+	if !s.dialedHere(h.Dialed) {
+		err := &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the importer dialed %q, which is not this exporter's address on this connection "+
+			"(a relay between the two, or an address translation: WithDialAddresses names the addresses importers dial)", h.Dialed)}
+		s.refuse(err)
+		return err
+	}
+	s.conn.SetDeadline(deadline)
+	// The exporter proves the secret first, over the importer's hello,
+	// the connection's binding and its own nonce.
+	var tr transcript
+	var nonce [nonceSize]byte
+	rand.Read(nonce[:])
+	tr.first(p, binding, nonce)
+	eh := exporterHello{Proto: protoVersion, Nonce: nonce}
+	if eh.Proof, err = e.sealer.Seal(proofMessage(exporterProofLabel, tr.t1)); err != nil || len(eh.Proof) > maxSealed {
+		err := &ucs.Error{Op: op, Err: ErrSeal, Reason: fmt.Sprintf("the Sealer failed, or made a proof over %d bytes", maxSealed), Wrapped: err}
+		s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: "the exporter could not seal its proof"})
+		return err
+	}
+	ehb := eh.encode()
+	if err := s.send(frameHelloExporter, ehb); err != nil {
+		return err
+	}
+	t, p, err = readFrameMax(s.conn, maxProofFrame)
+	if err != nil {
+		return err
+	}
+	switch t {
+	case frameProof:
+	case frameRefuse:
+		cause, why := decodeRefuse(p)
+		return &ucs.Error{Op: op, Err: cause, Reason: "the importer refused: " + why}
+	default:
+		return protoErr(op, "expected the importer's proof, got a %s", t)
+	}
+	ip, err := decodeImporterProof(p)
 	if err != nil {
 		s.refuse(err)
 		return err
 	}
-	hello := exporterHello{Proto: protoVersion, UCX: local, Mode: e.mode, Exporter: e.id, Session: s.token}
-	if err := s.send(frameHelloExporter, hello.encode()); err != nil {
-		return err
-	}
-	// The importer proves it holds the sealing secret before it gets any
-	// grant: its proof seals this session's token.
-	t, p, err = readFrame(s.conn)
-	if err != nil {
-		return err
-	}
-	if t != frameProof {
-		return protoErr(op, "expected the importer's proof, got a %s", t)
-	}
-	msg, oerr := e.sealer.Open(p)
-	if oerr != nil || !bytes.Equal(msg, proofMessage(s.token, e.id)) {
+	tr.second(ehb, ip.params())
+	if !checkSealed(e.sealer, ip.Proof, proofMessage(importerProofLabel, tr.t2)) {
 		err := &ucs.Error{Op: op, Err: ErrSeal, Reason: "the importer's proof does not authenticate under this exporter's secret (the two sides hold different sealing secrets)"}
+		s.refuse(err)
+		return err
+	}
+	tr.third(ip.Proof)
+	s.t3 = tr.t3
+	// Both sides proved the secret: what is left is whether the pair can
+	// work, and whether this importer's host may open one more session.
+	s.peerUCX = ip.UCX
+	local := ucs.LoadedVersion()
+	if err = compatible(local, ip.UCX); err == nil {
+		switch {
+		case ip.Want != ModeAuto && ip.Want != e.mode:
+			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "the importer requires " + ip.Want.String() + " mode; this exporter runs in " + e.mode.String() + " mode (" + e.why + ")"}
+		case e.mode == ModeExport && !ip.CanImport:
+			err = &ucs.Error{Op: op, Err: ErrRefused, Reason: "this exporter runs in export mode and the importer has no memory domain that can import exported keys"}
+		default:
+			err = e.admit(s)
+		}
+	}
+	if err != nil {
 		s.refuse(err)
 		return err
 	}
@@ -265,7 +327,13 @@ func (s *Session) handshake() error {
 		}
 		port = dp.Port()
 	}
-	if err := s.send(frameAccepted, encodeAccepted(port)); err != nil {
+	acc := accepted{T3: s.t3, UCX: local, Mode: e.mode, Exporter: e.id, Session: s.token, Port: port}
+	sealed, err := e.sealer.Seal(acc.encode())
+	if err != nil {
+		s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: "the exporter could not seal its answer"})
+		return &ucs.Error{Op: op, Err: ErrSeal, Reason: "the Sealer failed", Wrapped: err}
+	}
+	if err := s.send(frameAccepted, sealed); err != nil {
 		return err
 	}
 	if s.dp != nil {

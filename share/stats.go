@@ -19,6 +19,7 @@ type ExporterStats struct {
 	Served      int64          `json:"served"`      // sessions accepted in all
 	Ended       int64          `json:"ended"`       // sessions ended in all (refused ones among them)
 	Refused     int64          `json:"refused"`     // sessions refused at the handshake
+	Throttled   int64          `json:"throttled"`   // connections closed unanswered over a handshake limit (Limits)
 	Grants      int64          `json:"grants"`      // grants sent (one registration each)
 	Revocations int64          `json:"revocations"` // revocations sent
 	Expired     int64          `json:"expired"`     // of which for an expired lease
@@ -57,7 +58,7 @@ type ImporterStats struct {
 }
 
 type exporterCounters struct {
-	regions, served, ended, refused, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
+	regions, served, ended, refused, throttled, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
 }
 
 type sessionCounters struct {
@@ -72,7 +73,7 @@ type importerCounters struct {
 func (e *Exporter) Stats() ExporterStats {
 	c := &e.st
 	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(), Ended: c.ended.Load(),
-		Refused: c.refused.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
+		Refused: c.refused.Load(), Throttled: c.throttled.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
 		Expired: c.expired.Load(), Rotations: c.rotations.Load(), Acks: c.acks.Load(),
 		Forced: c.forced.Load(), Errors: c.errors.Load()}
 	for _, s := range e.Sessions() {

@@ -12,10 +12,10 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// The control protocol, version 2 (docs/share-protocol.md). Every frame:
+// The control protocol, version 3 (docs/share-protocol.md). Every frame:
 // u32 length of what follows (little-endian), u8 type, payload.
 const (
-	protoVersion = 2
+	protoVersion = 3
 	helloMagic   = "UCXSHARE"
 	grantMagic   = "UCXGRANT"
 	maxFrame     = 128 << 10
@@ -35,8 +35,8 @@ const (
 	frameRevoke        frameType = 6  // drop a region's generation
 	frameAck           frameType = 7  // the generation is dropped
 	frameBye           frameType = 8  // the sender ends the session cleanly
-	frameProof         frameType = 9  // importer: the sealed session token
-	frameAccepted      frameType = 10 // exporter: the proof holds; rkey mode: the data path's port
+	frameProof         frameType = 9  // importer: its release and wants, and its proof over the transcript
+	frameAccepted      frameType = 10 // exporter, sealed: the session's parameters; rkey mode: the data path's port
 	frameDataPorts     frameType = 11 // importer, rkey mode: its data path's tcp ports with the exporter's host
 )
 
@@ -116,14 +116,19 @@ func writeFrame(w io.Writer, t frameType, payload []byte) error {
 
 // readFrame reads one frame, refusing one longer than maxFrame before
 // reading it.
-func readFrame(r io.Reader) (frameType, []byte, error) {
+func readFrame(r io.Reader) (frameType, []byte, error) { return readFrameMax(r, maxFrame) }
+
+// readFrameMax reads one frame, refusing one longer than limit bytes
+// (type and payload) from its header alone, before it allocates: in the
+// handshake each step's limit is its own (maxHelloFrame, ...).
+func readFrameMax(r io.Reader, limit uint32) (frameType, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
-	if n == 0 || n > maxFrame {
-		return 0, nil, protoErr("share: read frame", "a frame of %d bytes (1 to %d)", n, maxFrame)
+	if n == 0 || n > limit {
+		return 0, nil, protoErr("share: read frame", "a %s frame of %d bytes (1 to %d here)", frameType(h[4]), n, limit)
 	}
 	p := make([]byte, n-1)
 	if _, err := io.ReadFull(r, p); err != nil {
@@ -173,115 +178,6 @@ func appendVersion(b []byte, v ucs.Version) []byte {
 func (r *reader) version() ucs.Version {
 	v := r.take(3)
 	return ucs.Version{Major: uint(v[0]), Minor: uint(v[1]), Patch: uint(v[2])}
-}
-
-// importerHello opens a session.
-type importerHello struct {
-	Proto     uint16
-	UCX       ucs.Version
-	CanImport bool // a local memory domain can import exported keys
-	Want      Mode
-}
-
-func (h *importerHello) encode() []byte {
-	b := append([]byte(helloMagic), 0, 0)
-	binary.LittleEndian.PutUint16(b[len(helloMagic):], h.Proto)
-	b = appendVersion(b, h.UCX)
-	flags := byte(0)
-	if h.CanImport {
-		flags = 1
-	}
-	return append(b, flags, byte(h.Want))
-}
-
-func decodeImporterHello(p []byte) (*importerHello, error) {
-	const op = "share: importer hello"
-	r := reader{b: p}
-	if !bytes.Equal(r.take(len(helloMagic)), []byte(helloMagic)) {
-		return nil, protoErr(op, "not a session of this protocol (bad magic)")
-	}
-	h := &importerHello{Proto: r.u16()}
-	if !r.bad && h.Proto != protoVersion {
-		return h, nil // another version's hello: its caller refuses it by version
-	}
-	h.UCX = r.version()
-	flags, want := r.u8(), Mode(r.u8())
-	if err := r.done(op, "hello"); err != nil {
-		return nil, err
-	}
-	if flags&^1 != 0 {
-		return nil, protoErr(op, "unknown flags %#x", flags)
-	}
-	if want > ModeRkey {
-		return nil, protoErr(op, "unknown mode %d", want)
-	}
-	h.CanImport, h.Want = flags == 1, want
-	return h, nil
-}
-
-// exporterHello answers it.
-type exporterHello struct {
-	Proto    uint16
-	UCX      ucs.Version
-	Mode     Mode
-	Exporter [16]byte
-	Session  [16]byte
-}
-
-func (h *exporterHello) encode() []byte {
-	le := binary.LittleEndian
-	b := append([]byte(helloMagic), 0, 0)
-	le.PutUint16(b[len(helloMagic):], h.Proto)
-	b = appendVersion(b, h.UCX)
-	b = append(b, byte(h.Mode))
-	b = append(b, h.Exporter[:]...)
-	return append(b, h.Session[:]...)
-}
-
-func decodeExporterHello(p []byte) (*exporterHello, error) {
-	const op = "share: exporter hello"
-	r := reader{b: p}
-	if !bytes.Equal(r.take(len(helloMagic)), []byte(helloMagic)) {
-		return nil, protoErr(op, "not a session of this protocol (bad magic)")
-	}
-	h := &exporterHello{Proto: r.u16()}
-	if !r.bad && h.Proto != protoVersion {
-		return h, nil // another version's hello: its caller refuses it by version
-	}
-	h.UCX, h.Mode = r.version(), Mode(r.u8())
-	copy(h.Exporter[:], r.take(16))
-	copy(h.Session[:], r.take(16))
-	if err := r.done(op, "hello"); err != nil {
-		return nil, err
-	}
-	if h.Mode != ModeExport && h.Mode != ModeRkey {
-		return nil, protoErr(op, "mode %d is neither export nor rkey", h.Mode)
-	}
-	return h, nil
-}
-
-// encodeAccepted is the accepted frame's payload: in rkey mode the port
-// of the session's data-path process (on the control connection's host),
-// in export mode nothing.
-func encodeAccepted(port uint16) []byte {
-	if port == 0 {
-		return nil
-	}
-	return binary.LittleEndian.AppendUint16(nil, port)
-}
-
-func decodeAccepted(mode Mode, p []byte) (uint16, error) {
-	const op = "share: accepted"
-	if mode == ModeExport {
-		if len(p) != 0 {
-			return 0, protoErr(op, "an accepted frame with %d bytes in export mode (none expected)", len(p))
-		}
-		return 0, nil
-	}
-	if len(p) != 2 || binary.LittleEndian.Uint16(p) == 0 {
-		return 0, protoErr(op, "an accepted frame of %d bytes in rkey mode (a non-zero port of 2 expected)", len(p))
-	}
-	return binary.LittleEndian.Uint16(p), nil
 }
 
 // maxDataPorts bounds the ports a data-ports frame lists.
@@ -486,20 +382,4 @@ func decodeGrant(p []byte) (*grant, error) {
 		return nil, &ucs.Error{Op: op, Err: ErrGrant, Reason: err.(*ucs.Error).Reason}
 	}
 	return g, nil
-}
-
-// bindMessage is what an importer seals to claim its session's connection
-// to the exporter's data path (the header of the bind message): the data
-// path holds no secret, so it hands each header to the exporter, which
-// opens it. It names this session and exporter.
-func bindMessage(session, exporter [16]byte) []byte {
-	b := append([]byte("UCX-BIND"), session[:]...)
-	return append(b, exporter[:]...)
-}
-
-// proofMessage is what an importer seals to prove it holds the secret: it
-// names this session and exporter, so it cannot be replayed elsewhere.
-func proofMessage(session, exporter [16]byte) []byte {
-	b := append([]byte("UCXPROOF"), session[:]...)
-	return append(b, exporter[:]...)
 }

@@ -96,9 +96,21 @@ func samplePackedRegion() []byte {
 }
 
 func sampleHellos() (*importerHello, *exporterHello) {
-	return &importerHello{Proto: protoVersion, UCX: fuzzUCX, CanImport: false, Want: ModeAuto},
-		&exporterHello{Proto: protoVersion, UCX: fuzzUCX, Mode: ModeRkey, Exporter: fuzzExporterID, Session: fuzzSessionID}
+	ih := &importerHello{Proto: protoVersion, Dialed: "192.0.2.2:13337"}
+	eh := &exporterHello{Proto: protoVersion, Proof: bytes.Repeat([]byte{0xa5}, 40+sha256.Size)}
+	for i := range ih.Nonce {
+		ih.Nonce[i], eh.Nonce[i] = byte(i), byte(0x80+i)
+	}
+	return ih, eh
 }
+
+// sampleAccepted is an accepted message of the fuzz ids, for transcript
+// fuzzT3.
+func sampleAccepted(mode Mode, port uint16) *accepted {
+	return &accepted{T3: fuzzT3, UCX: fuzzUCX, Mode: mode, Exporter: fuzzExporterID, Session: fuzzSessionID, Port: port}
+}
+
+var fuzzT3 = sha256.Sum256([]byte("a transcript"))
 
 // wantCause fails unless err is an *ucs.Error wrapping cause.
 func wantCause(t *testing.T, err, cause error) {
@@ -121,8 +133,8 @@ func frame(t frameType, p []byte) []byte {
 func FuzzReadFrame(f *testing.F) {
 	ih, eh := sampleHellos()
 	f.Add(frame(frameHelloImporter, ih.encode()))
-	f.Add(append(frame(frameHelloExporter, eh.encode()), frame(frameAccepted, encodeAccepted(40000))...))
-	f.Add(append(frame(frameAccepted, encodeAccepted(0)), frame(frameReady, nil)...))
+	f.Add(append(frame(frameHelloExporter, eh.encode()), frame(frameAccepted, sampleAccepted(ModeRkey, 40000).encode())...))
+	f.Add(append(frame(frameProof, (&importerProof{UCX: fuzzUCX, Proof: []byte("p")}).encode()), frame(frameReady, nil)...))
 	f.Add(frame(frameRevoke, (&revokeMsg{Gen: 3, Reason: reasonRotated, Region: "a"}).encode()))
 	f.Add(frame(frameAck, (&ackMsg{Gen: 3, Region: "a"}).encode()))
 	f.Add(frame(frameRefuse, encodeRefuse(&ucs.Error{Op: "x", Err: ErrSeal, Reason: "no"})))
@@ -168,12 +180,13 @@ func FuzzReadFrame(f *testing.F) {
 }
 
 func FuzzDecodeImporterHello(f *testing.F) {
-	for _, want := range []Mode{ModeAuto, ModeExport, ModeRkey} {
-		for _, can := range []bool{false, true} {
-			f.Add((&importerHello{Proto: protoVersion, UCX: fuzzUCX, CanImport: can, Want: want}).encode())
-		}
+	ih, _ := sampleHellos()
+	for _, dialed := range []string{ih.Dialed, "[2001:db8::1]:13337", "/run/ucxshare.sock", "x", strings.Repeat("a", 255)} {
+		h := *ih
+		h.Dialed = dialed
+		f.Add(h.encode())
 	}
-	f.Add((&importerHello{Proto: protoVersion + 1, UCX: ucs.Version{Major: 1, Minor: 22}}).encode())
+	f.Add(append([]byte(helloMagic), 2, 0, 1, 18, 1, 0, 0)) // a version-2 hello
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeImporterHello(p)
 		if err != nil {
@@ -183,8 +196,8 @@ func FuzzDecodeImporterHello(f *testing.F) {
 		if h.Proto != protoVersion {
 			return // only the version is read: the caller refuses it by version
 		}
-		if h.Want > ModeRkey {
-			t.Fatalf("accepted mode %d", h.Want)
+		if h.Dialed == "" || len(h.Dialed) > maxDialed {
+			t.Fatalf("accepted a dialed address of %d bytes", len(h.Dialed))
 		}
 		if got := h.encode(); !bytes.Equal(got, p) {
 			t.Fatalf("accepted %x, which encodes back as %x", p, got)
@@ -196,11 +209,11 @@ func FuzzDecodeExporterHello(f *testing.F) {
 	_, eh := sampleHellos()
 	f.Add(eh.encode())
 	x := *eh
-	x.Mode = ModeExport
+	x.Proof = nil
 	f.Add(x.encode())
-	x.Mode = 3
+	x.Proof = make([]byte, maxSealed+1)
 	f.Add(x.encode())
-	f.Add(append(eh.encode(), 0x40, 0x9c)) // and a data port after it, as version 1 had: 2 bytes too many
+	f.Add(append([]byte(helloMagic), 2, 0, 1, 18, 1, 2)) // a version-2 hello's start
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeExporterHello(p)
 		if err != nil {
@@ -210,8 +223,8 @@ func FuzzDecodeExporterHello(f *testing.F) {
 		if h.Proto != protoVersion {
 			return // only the version is read: the caller refuses it by version
 		}
-		if h.Mode != ModeExport && h.Mode != ModeRkey {
-			t.Fatalf("accepted mode %d", h.Mode)
+		if len(h.Proof) > maxSealed {
+			t.Fatalf("accepted a proof of %d bytes", len(h.Proof))
 		}
 		if got := h.encode(); !bytes.Equal(got, p) {
 			t.Fatalf("accepted %x, which encodes back as %x", p, got)
@@ -219,29 +232,59 @@ func FuzzDecodeExporterHello(f *testing.F) {
 	})
 }
 
-// FuzzDecodeAccepted: an accepted frame is empty in export mode and a
-// non-zero port of 2 bytes in rkey mode (the mode of the exporter's hello:
-// any byte but ModeExport's is read as rkey); what is accepted encodes back
-// to the very bytes.
-func FuzzDecodeAccepted(f *testing.F) {
-	for _, p := range [][]byte{encodeAccepted(40000), encodeAccepted(1), encodeAccepted(0), {0, 0}, {0x40, 0x9c, 0}, {7}} {
-		f.Add(uint8(ModeRkey), p)
-		f.Add(uint8(ModeExport), p)
-	}
-	f.Fuzz(func(t *testing.T, m uint8, p []byte) {
-		mode := ModeRkey
-		if Mode(m) == ModeExport {
-			mode = ModeExport
+func FuzzDecodeImporterProof(f *testing.F) {
+	for _, want := range []Mode{ModeAuto, ModeExport, ModeRkey} {
+		for _, can := range []bool{false, true} {
+			f.Add((&importerProof{UCX: fuzzUCX, CanImport: can, Want: want, Proof: bytes.Repeat([]byte{7}, 72)}).encode())
 		}
-		port, err := decodeAccepted(mode, p)
+	}
+	f.Add((&importerProof{UCX: fuzzUCX, Want: 3}).encode())
+	f.Fuzz(func(t *testing.T, p []byte) {
+		ip, err := decodeImporterProof(p)
 		if err != nil {
 			wantCause(t, err, ErrProtocol)
 			return
 		}
-		if (mode == ModeExport) != (port == 0) {
-			t.Fatalf("accepted port %d in %s mode", port, mode)
+		if ip.Want > ModeRkey || len(ip.Proof) > maxSealed {
+			t.Fatalf("accepted mode %d, a proof of %d bytes", ip.Want, len(ip.Proof))
 		}
-		if got := encodeAccepted(port); !bytes.Equal(got, p) {
+		if got := ip.encode(); !bytes.Equal(got, p) {
+			t.Fatalf("accepted %x, which encodes back as %x", p, got)
+		}
+	})
+}
+
+// FuzzDecodeAccepted: an opened accepted message is refused unless it
+// names the transcript it is checked against (ErrSeal), its mode is export
+// (no port) or rkey (a port); what is accepted encodes back to the very
+// bytes. Each input is checked against the transcript it names and
+// against another.
+func FuzzDecodeAccepted(f *testing.F) {
+	for _, a := range []*accepted{sampleAccepted(ModeRkey, 40000), sampleAccepted(ModeExport, 0),
+		sampleAccepted(ModeRkey, 0), sampleAccepted(ModeExport, 1), sampleAccepted(3, 1)} {
+		f.Add(a.encode())
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var named [32]byte
+		if len(p) >= len(acceptedMagic)+32 {
+			copy(named[:], p[len(acceptedMagic):])
+		}
+		other := named
+		other[0] ^= 1
+		if _, err := decodeAccepted(p, other); err == nil {
+			t.Fatal("accepted a message sealed for another transcript")
+		}
+		a, err := decodeAccepted(p, named)
+		if err != nil {
+			if !errors.Is(err, ErrSeal) {
+				wantCause(t, err, ErrProtocol)
+			}
+			return
+		}
+		if (a.Mode == ModeExport) != (a.Port == 0) || (a.Mode != ModeExport && a.Mode != ModeRkey) {
+			t.Fatalf("accepted port %d in %s mode", a.Port, a.Mode)
+		}
+		if got := a.encode(); !bytes.Equal(got, p) {
 			t.Fatalf("accepted %x, which encodes back as %x", p, got)
 		}
 	})
@@ -305,12 +348,9 @@ func FuzzDecodeGrant(f *testing.F) {
 func FuzzOpenGrant(f *testing.F) {
 	addGrantSeeds(f)
 	s := fuzzSealer(f)
-	_, eh := sampleHellos()
-	xh := *eh
-	xh.Mode = ModeExport
 	imps := []*Importer{
-		{sealer: s, hello: eh, o: importerOptions{skew: 2 * time.Second}},
-		{sealer: s, hello: &xh, o: importerOptions{skew: 2 * time.Second}},
+		{sealer: s, acc: sampleAccepted(ModeRkey, 40000), o: importerOptions{skew: 2 * time.Second}},
+		{sealer: s, acc: sampleAccepted(ModeExport, 0), o: importerOptions{skew: 2 * time.Second}},
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		sealed, err := s.Seal(p)
@@ -318,7 +358,7 @@ func FuzzOpenGrant(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, imp := range imps {
-			now, h := time.Now(), imp.hello
+			now, h := time.Now(), imp.acc
 			g, err := imp.openGrant(sealed)
 			if err != nil {
 				if !errors.Is(err, ErrRevoked) {
@@ -425,7 +465,7 @@ func FuzzDecodeRefuse(f *testing.F) {
 // Open returns; its errors hold neither the secret nor the bytes.
 func FuzzHMACSealer(f *testing.F) {
 	f.Add([]byte(nil), uint8(0), uint32(0), []byte(nil))
-	f.Add(proofMessage(fuzzSessionID, fuzzExporterID), uint8(0), uint32(77), []byte{0})
+	f.Add(proofMessage(importerProofLabel, fuzzT3), uint8(0), uint32(77), []byte{0})
 	f.Add(sampleGrant(ModeRkey, "a", samplePackedRegion()).encode(), uint8(1), uint32(40), []byte("x"))
 	f.Add([]byte("m"), uint8(2), uint32(3), bytes.Repeat([]byte{0xaa}, sha256.Size))
 	f.Add(bytes.Repeat([]byte{7}, sha256.Size+5), uint8(3), uint32(0), []byte(nil))
@@ -591,7 +631,7 @@ func TestWriteWireCorpus(t *testing.T) {
 				case frameHelloExporter:
 					write("FuzzDecodeExporterHello", file, bs(p))
 				case frameAccepted:
-					write("FuzzDecodeAccepted", file, fmt.Sprintf("uint8(%d)", ModeRkey), bs(p))
+					write("FuzzDecodeAccepted", file, bs(p[:len(p)-sha256.Size]))
 				case frameGrant:
 					body := p[:len(p)-sha256.Size]
 					write("FuzzDecodeGrant", file, bs(body))
@@ -604,7 +644,7 @@ func TestWriteWireCorpus(t *testing.T) {
 				case frameRefuse:
 					write("FuzzDecodeRefuse", file, bs(p))
 				case frameProof:
-					write("FuzzHMACSealer", file, bs(p[:len(p)-sha256.Size]), "uint8(1)", "uint32(9)", bs(nil))
+					write("FuzzDecodeImporterProof", file, bs(p))
 				}
 			}
 		}
