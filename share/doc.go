@@ -39,15 +39,22 @@
 //
 // # The session
 //
-// The control connection is any net.Conn (TCP, TLS, a Unix socket): the
-// importer's hello names its protocol version and UCX release; the exporter
-// refuses a pair of releases that cannot talk before either UCX sees the
-// other, with an error naming both; the importer proves it holds the
-// sealing secret; grants follow. Every field of a grant is checked when it
-// is opened (format version, UCX release, exporter, session, region,
-// protection, issue and expiry times, bounds) before any byte of its key
-// reaches UCX. Revocations and acknowledgements travel on the same
-// connection. The protocol is described in docs/share-protocol.md.
+// The control connection is any net.Conn (TCP, TLS, a Unix socket). Both
+// sides prove they hold the sealing secret, each over a nonce of the
+// other's and the connection (the address the importer dialed; over TLS,
+// keying material exported from the TLS session), the exporter first: an
+// importer never sends its proof to a party without the secret, and a
+// relay between the two completes no session. The exporter says nothing
+// of itself (ids, UCX release, mode) before the importer's proof holds;
+// then a pair of UCX releases that cannot talk is refused, with an error
+// naming both, before either UCX sees the other; grants follow. Every
+// field of a grant is checked when it is opened (format version, UCX
+// release, exporter, session, region, protection, issue and expiry times,
+// bounds) before any byte of its key reaches UCX. Revocations and
+// acknowledgements travel on the same connection. Limits (WithLimits)
+// bound what connections that have not authenticated, and each importer
+// host, can hold. The protocol is described in docs/share-protocol.md,
+// what it holds against in docs/security.md.
 //
 // # What a revocation guarantees
 //

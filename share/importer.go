@@ -159,12 +159,20 @@ func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...I
 	return imp, nil
 }
 
-// Open opens a session over conn, a connection to an exporter's Serve: the
-// hello (protocol version and both UCX releases, checked on both sides),
-// the proof that this side holds the sealing secret, and the exporter's
-// grants, each opened with sealer and checked field by field before any
-// byte of its key reaches UCX. It returns once every region the exporter
-// shares is usable. The Importer owns conn from then on.
+// Open opens a session over conn, a connection to an exporter's Serve (a
+// TCP or Unix-socket connection, or a *tls.Conn over one): the exporter
+// proves it holds the sealing secret, then this side does, both over the
+// connection; then the UCX releases are checked on both sides and the
+// exporter's grants come, each opened with sealer and checked field by
+// field before any byte of its key reaches UCX. It returns once every
+// region the exporter shares is usable. The Importer owns conn from then
+// on.
+//
+// A party that does not prove the secret (another secret, or a relay
+// between this side and the exporter) fails Open with an error wrapping
+// ErrSeal, and gets no proof from this side; an exporter that refuses
+// (another protocol version or UCX release, a mode, its limits) fails it
+// with ErrRefused and says why.
 func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOption) (*Importer, error) {
 	const op = "share: open session"
 	if sealer == nil {
