@@ -48,17 +48,17 @@ func (r *Region) copyPeer(ctx context.Context, op string, pr *PeerRegion, prOff,
 	if err != nil {
 		return err
 	}
-	defer r.release(g)
 	imp := r.imp
 	imp.offMu.Lock()
-	defer imp.offMu.Unlock()
+	release := func() { imp.offMu.Unlock(); r.release(g) }
 	if g.dp {
 		if write {
-			err = waitInFlight(imp, ctx, imp.dp.CopyFrom(g.g.Gen, off, n, pr.id, prOff))
+			err = offloaded(imp, ctx, imp.dp.CopyFrom(g.g.Gen, off, n, pr.id, prOff), release)
 		} else {
-			err = waitInFlight(imp, ctx, imp.dp.CopyTo(g.g.Gen, off, n, pr.id, prOff))
+			err = offloaded(imp, ctx, imp.dp.CopyTo(g.g.Gen, off, n, pr.id, prOff), release)
 		}
 	} else {
+		defer release()
 		_, err = pipeline(imp, ctx, n, imp.o.chunk, imp.o.depth, func(a, b int) (ucp.Request, error) {
 			if write {
 				return pr.rr.GetMem(g.mem, off+a, b-a, prOff+a)
@@ -76,6 +76,29 @@ func (r *Region) copyPeer(ctx context.Context, op string, pr *PeerRegion, prOff,
 	err = r.revokedDuring(op, wrapOff(op, err))
 	imp.count(write, ifOK(n, err), err)
 	return err
+}
+
+// offloaded waits for an offload operation of the session's data path
+// while ctx lasts, then calls release. When ctx ends first, it returns at
+// once with ctx's error and leaves the operation to end in the background
+// (as waitInFlight ends it: within WithDialTimeout, or with the data path),
+// holding the offload area and the region's generation until then: the
+// next offload call, and a revocation of the region, wait for it.
+func offloaded[R inflight](imp *Importer, ctx context.Context, req R, release func()) error {
+	err := req.Wait(ctx)
+	if err == nil || ctx.Err() == nil {
+		release()
+		return err
+	}
+	go func() {
+		waitInFlight(imp, ctx, req)
+		release()
+	}()
+	cause := ucs.ErrTimedOut
+	if ctx.Err() == context.Canceled {
+		cause = ucs.ErrCanceled
+	}
+	return &ucs.Error{Op: "share: offload", Err: cause, Reason: "the call's ctx ended with the operation in flight; it ends in the background, holding the offload area until then", Wrapped: ctx.Err()}
 }
 
 // wrapOff is an offload's error: the data path's as this package's.
@@ -111,13 +134,13 @@ func (r *Region) SendAM(ctx context.Context, peer *Peer, id ucp.AMID, header []b
 	if err != nil {
 		return err
 	}
-	defer r.release(g)
 	imp.offMu.Lock()
-	defer imp.offMu.Unlock()
+	release := func() { imp.offMu.Unlock(); r.release(g) }
 	if g.dp {
-		err = waitInFlight(imp, ctx, imp.dp.SendAM(g.g.Gen, off, n, peer.id, uint16(id), header))
+		err = offloaded(imp, ctx, imp.dp.SendAM(g.g.Gen, off, n, peer.id, uint16(id), header), release)
 	} else {
 		err = r.wait(ctx, func() (ucp.Request, error) { return peer.ep.SendAMMem(id, header, g.mem, off, n, ucp.AMRndv) })
+		release()
 	}
 	err = r.revokedDuring(op, wrapOff(op, err))
 	imp.count(false, ifOK(n, err), err)
@@ -148,21 +171,22 @@ func (r *Region) ReceiveAM(ctx context.Context, m *AMMessage, off int) (int, err
 		m.Drop()
 		return 0, err
 	}
-	defer r.release(g)
 	imp.offMu.Lock()
-	defer imp.offMu.Unlock()
+	release := func() { imp.offMu.Unlock(); r.release(g) }
 	taken := false
 	m.once.Do(func() { taken = true })
 	if !taken {
+		release()
 		return 0, errs.New(op, ucs.ErrInvalidParam, "the message was received or dropped already")
 	}
 	if g.dp {
-		err = waitInFlight(imp, ctx, imp.dp.ReceiveAM(g.g.Gen, off, n, m.id))
+		err = offloaded(imp, ctx, imp.dp.ReceiveAM(g.g.Gen, off, n, m.id), release)
 	} else {
 		err = r.wait(ctx, func() (ucp.Request, error) { return m.m.ReceiveIntoMem(g.mem, off) })
 		if err != nil {
 			m.m.Drop()
 		}
+		release()
 	}
 	err = r.revokedDuring(op, wrapOff(op, err))
 	imp.count(true, ifOK(n, err), err)

@@ -9,6 +9,7 @@ package share_test
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +191,51 @@ func TestOffloadNewcomerMisuse(t *testing.T) {
 	require.ErrorIs(t, err, ucs.ErrClosed)
 	peer.CloseStdin()
 	peer.WaitLine(t, "DONE", bound)
+}
+
+// SendAM honours its ctx: to a peer that stops receiving (its process
+// stopped, so the rendezvous cannot complete), it returns with
+// ucs.ErrTimedOut once ctx ends; the message goes out when the peer runs
+// again, and the next offload call, which waits for it, succeeds.
+func TestNewcomerSendAMHonoursCtx(t *testing.T) {
+	t.Parallel()
+	const size = 256 << 10
+	mem := memory(t, pattern(size, 41))
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	peer := testproc.Start(t, testproc.Spec{Role: rolePeer, Args: []string{"-size", fmt.Sprint(size)}})
+	peerAddr := peer.WaitLine(t, "ADDR", bound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	imp := dial(t, addr)
+	r, err := imp.Region("a")
+	require.NoError(t, err)
+	pe, err := imp.ConnectPeer(ctx, peerAddr)
+	require.NoError(t, err)
+	defer pe.Close()
+
+	require.NoError(t, syscall.Kill(peer.Pid(), syscall.SIGSTOP))
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(peer.Pid(), syscall.SIGCONT)
+		}
+	}()
+	short, cancelShort := context.WithTimeout(context.Background(), time.Second)
+	defer cancelShort()
+	done := make(chan error, 1)
+	go func() { done <- r.SendAM(short, pe, amToPeer, []byte{41}, 0, size) }()
+	select {
+	case err = <-done:
+	case <-time.After(bound):
+		t.Fatal("SendAM did not return after its ctx ended")
+	}
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	assert.NoError(t, imp.Err(), "the session goes on")
+
+	require.NoError(t, syscall.Kill(peer.Pid(), syscall.SIGCONT))
+	stopped = false
+	assert.Equal(t, fmt.Sprintf("ok rndv=true len=%d", size), peer.WaitLine(t, "AM", bound), "the message sent once the peer ran again")
+	require.NoError(t, r.SendAM(ctx, pe, amToPeer, []byte{41}, 0, size), "the next call")
+	assert.Equal(t, fmt.Sprintf("ok rndv=true len=%d", size), peer.WaitLine(t, "AM", bound))
 }
