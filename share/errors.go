@@ -16,9 +16,11 @@ var (
 	// a data path that cannot run there (on UCX 1.20, an rkey-mode session
 	// over a loopback address: serve on a non-loopback one).
 	ErrRefused = errors.New("session refused")
-	// ErrSeal: a grant did not authenticate under the sealing secret (the
-	// wrong secret, or altered bytes), or a secret is unusable.
-	ErrSeal = errors.New("grant does not authenticate")
+	// ErrSeal: a proof, a grant or another sealed message did not
+	// authenticate under the sealing secret (the two sides hold different
+	// secrets, the peer is a relay, or bytes were altered), or a secret is
+	// unusable.
+	ErrSeal = errors.New("authentication failed")
 	// ErrGrant: an authentic grant whose fields fail a check (format,
 	// release, exporter, session, protection, times, bounds).
 	ErrGrant = errors.New("grant refused")

@@ -71,6 +71,7 @@ type rawSession struct {
 	session    [16]byte
 	mode       byte
 	port       uint16
+	want       byte // the mode the proof frame requires (0 auto)
 }
 
 // lp is b with its length (u32, little-endian) ahead, after dst.
@@ -99,12 +100,12 @@ func (r *rawSession) hellos() bool {
 	return err == nil && bytes.Equal(msg, append([]byte("UCXPRF-E"), r.t1[:]...))
 }
 
-// prove sends the proof frame (this release, no import, mode auto) and
+// prove sends the proof frame (this release, no import, mode r.want) and
 // returns the exporter's answer.
 func (r *rawSession) prove() (byte, []byte) {
 	t := r.t
 	v := ucs.LoadedVersion()
-	params := []byte{byte(v.Major), byte(v.Minor), byte(v.Patch), 0, 0}
+	params := []byte{byte(v.Major), byte(v.Minor), byte(v.Patch), 0, r.want}
 	r.t2 = sha256.Sum256(lp(lp(r.t1[:], r.helloE), params))
 	proof, err := r.s.Seal(append([]byte("UCXPRF-I"), r.t2[:]...))
 	require.NoError(t, err)

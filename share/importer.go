@@ -41,7 +41,11 @@ type importerOptions struct {
 }
 
 // WithRequireMode makes the session fail unless the exporter runs in mode
-// m (default ModeAuto: whichever it offers).
+// m (default ModeAuto: whichever it offers): Dial and Open fail with an
+// error wrapping ErrRefused when the exporter runs in another mode, and,
+// for ModeExport on a machine where no memory domain can import exported
+// keys (uct.HaveExportedMkey), with one wrapping ucs.ErrUnsupported
+// before the exporter is contacted.
 func WithRequireMode(m Mode) ImporterOption { return func(o *importerOptions) { o.want = m } }
 
 // WithDepth bounds the RMA operations one call keeps in flight (default
@@ -605,21 +609,34 @@ func (imp *Importer) regionList() []*Region {
 	return rs
 }
 
-// Regions are the regions granted in this session, sorted by id.
+// Regions are the regions of this session not revoked, sorted by id.
 func (imp *Importer) Regions() []*Region {
 	imp.mu.Lock()
-	defer imp.mu.Unlock()
-	return imp.regionList()
+	all := imp.regionList()
+	imp.mu.Unlock()
+	live := all[:0]
+	for _, r := range all {
+		if r.Err() == nil {
+			live = append(live, r)
+		}
+	}
+	return live
 }
 
-// Region is the region id, or an error wrapping ucs.ErrNoElem.
+// Region is the region id, or an error: wrapping ucs.ErrNoElem when the
+// exporter never shared it in this session, ErrRevoked (with why) when it
+// was revoked (removed, expired, the session ended).
 func (imp *Importer) Region(id string) (*Region, error) {
 	imp.mu.Lock()
-	defer imp.mu.Unlock()
-	if r := imp.regions[id]; r != nil {
-		return r, nil
+	r := imp.regions[id]
+	imp.mu.Unlock()
+	if r == nil {
+		return nil, errs.New("share: region", ucs.ErrNoElem, "the exporter shares no region %q in this session", id)
 	}
-	return nil, errs.New("share: region", ucs.ErrNoElem, "the exporter shares no region %q in this session", id)
+	if err := r.Err(); err != nil {
+		return nil, &ucs.Error{Op: "share: region", Err: ErrRevoked, Reason: "region " + id + " is revoked", Wrapped: err}
+	}
+	return r, nil
 }
 
 // Mode is the exporter's mode for this session.

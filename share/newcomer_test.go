@@ -22,6 +22,7 @@ import (
 	"github.com/ucxgo/ucx/share"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
+	"github.com/ucxgo/ucx/uct"
 )
 
 // newcomerService is what a host service would keep: its exporter, the
@@ -174,10 +175,17 @@ func TestNewcomerServiceRoundTrip(t *testing.T) {
 	assert.ErrorIs(t, err, io.EOF)
 	assert.True(t, bytes.Equal(want[len(want)-40:], p[:40]))
 
-	// ReadAt exactly at the end: 0, io.EOF.
-	n, err = fr.ReadAt(make([]byte, 1), int64(fr.Len()))
-	assert.Equal(t, 0, n)
-	assert.ErrorIs(t, err, io.EOF)
+	// ReadAt exactly at the end, and past it: 0, io.EOF, as bytes.Reader
+	// (a negative offset is an error in both).
+	ref := bytes.NewReader(want)
+	for _, off := range []int64{int64(fr.Len()), int64(fr.Len()) + 1, int64(fr.Len()) + 1<<40} {
+		n, err = fr.ReadAt(make([]byte, 8), off)
+		wn, werr := ref.ReadAt(make([]byte, 8), off)
+		assert.Equal(t, wn, n, "at %d", off)
+		assert.Equal(t, werr, err, "at %d", off)
+	}
+	_, err = fr.ReadAt(make([]byte, 8), -1)
+	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
 
 	// io.SectionReader over the region.
 	sr := io.NewSectionReader(fr, 1000, 5000)
@@ -1057,4 +1065,76 @@ func TestNewcomerBuffer(t *testing.T) {
 	require.NoError(t, buf.Close(), "after the importer's Close")
 	assert.Nil(t, buf.Bytes())
 	require.NoError(t, buf.Close(), "twice")
+}
+
+// WithRequireMode as its godoc says: ModeExport where this machine cannot
+// import exported keys fails with ucs.ErrUnsupported before any byte is
+// sent; a mode the exporter does not run in is refused by the exporter
+// with ErrRefused, naming both modes (played with the importer's proof
+// frame, since no exporter here can run in export mode).
+func TestNewcomerRequireMode(t *testing.T) {
+	_, addr := serve(t, share.WithMode(share.ModeRkey))
+	if uct.HaveExportedMkey() != nil {
+		l := listen(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer(t), share.WithRequireMode(share.ModeExport))
+		require.ErrorIs(t, err, ucs.ErrUnsupported)
+		assert.ErrorContains(t, err, "no memory domain here can import exported keys")
+	}
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := &rawSession{t: t, c: c, s: sealer(t)}
+	require.True(t, r.hellos())
+	r.want = 1 // export
+	typ, p := r.prove()
+	require.Equal(t, byte(3), typ, "a refusal")
+	assert.Equal(t, byte(0), p[0], "cause: refused")
+	assert.Contains(t, string(p[1:]), "the importer requires export mode; this exporter runs in rkey mode")
+
+	imp := dial(t, addr, share.WithRequireMode(share.ModeRkey))
+	assert.Equal(t, share.ModeRkey, imp.Mode())
+}
+
+// A Dial with the wrong secret, as a newcomer makes it, says what is
+// wrong in words a newcomer reads: the two sides hold different secrets;
+// not a word about grants, which were never sent.
+func TestNewcomerWrongSecret(t *testing.T) {
+	_, addr := serve(t)
+	wrong, err := share.NewHMACSealer([]byte("a secret the exporter never saw"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = share.Dial(ctx, "tcp", addr, wrong)
+	require.ErrorIs(t, err, share.ErrSeal)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "the two sides hold different secrets")
+	assert.NotContains(t, err.Error(), "grant")
+}
+
+// Importer.Region of a region the exporter removed is an error wrapping
+// ErrRevoked, as is every call on the Region value held from before;
+// Regions lists it no more.
+func TestNewcomerRegionAfterRemove(t *testing.T) {
+	a, b := memory(t, pattern(4096, 1)), memory(t, pattern(4096, 2))
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("b", b, ucp.ProtRemoteRead))
+	imp := dial(t, addr)
+	held, err := imp.Region("a")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Remove(ctx, "a"))
+	_, err = imp.Region("a")
+	require.ErrorIs(t, err, share.ErrRevoked)
+	_, err = held.ReadAt(make([]byte, 8), 0)
+	require.ErrorIs(t, err, share.ErrRevoked)
+	var ids []string
+	for _, r := range imp.Regions() {
+		ids = append(ids, r.ID())
+	}
+	assert.Equal(t, []string{"b"}, ids)
 }

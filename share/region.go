@@ -327,7 +327,8 @@ func (r *Region) span(op string, off int64, n int) error {
 }
 
 // ReadAt reads len(p) bytes at off (io.ReaderAt; fewer, with io.EOF,
-// where the region ends first).
+// where the region ends first; none, with io.EOF, at or past its end; a
+// negative off is an error wrapping ucs.ErrOutOfRange).
 func (r *Region) ReadAt(p []byte, off int64) (int, error) {
 	return r.ReadAtContext(context.Background(), p, off)
 }
@@ -339,6 +340,9 @@ func (r *Region) ReadAt(p []byte, off int64) (int, error) {
 // returns.
 func (r *Region) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	const op = "share: read"
+	if off > int64(r.length) && len(p) > 0 {
+		return 0, io.EOF // past the end, as bytes.Reader and os.File say
+	}
 	if off >= 0 && off <= int64(r.length) && int64(len(p)) > int64(r.length)-off {
 		n, err := r.ReadAtContext(ctx, p[:int64(r.length)-off], off)
 		if err == nil {
