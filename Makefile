@@ -60,8 +60,9 @@ fuzz:
 	@ci/run.sh fuzz-native
 
 # The soak: cycles of map / export attempt / rkey pack / unpack / put /
-# unmap; RSS growth bounded per stretch of cycles (a leak) and in total, and
-# every handle released (make test runs 2000 cycles).
+# unmap; the slope of the live Go heap and of RSS over the cycles bounded
+# (a leak), the totals too, and every handle released (make test runs 2000
+# cycles and bounds the RSS slope from 50000: see TestSoak).
 SOAK_CYCLES ?= 100000
 .PHONY: soak soak-native
 soak:
