@@ -72,11 +72,11 @@ for p in ucp share; do
 	quiet '^(---|ok)|rounds of' env UCXGO_STRESS=${share}s "${race[@]}" -run "^($(tr ' ' '|' <<<"${rounds[$p]% }"))\$" -v ./$p
 done
 
-# The tests that play the peer against share's containment: three runs,
-# those with rounds taking them for 5 s each.
-step "4b. share's containment: the tests that play the peer, three runs (rounds: 5 s)"
+# The tests that play the peer against share's containment and its
+# handshake: three runs, those with rounds taking them for 5 s each.
+step "4b. share's containment and handshake: the tests that play the peer, three runs (rounds: 5 s)"
 quiet '^(---|ok)' env UCXGO_STRESS=5s "${race[@]}" -count=3 \
-	-run '^(TestContained|TestOffload|TestExporterSurvivesKilledReaders|TestNetworkCutWhileReading|TestImporterKilledMidTransfer)' -v ./share
+	-run '^(TestContained.*|TestOffload.*|TestExporterSurvivesKilledReaders|TestNetworkCutWhileReading|TestImporterKilledMidTransfer|TestRelayRefused|TestImporterRefusesExporterWithoutSecret|TestTLSBindsTheProofs|TestHandshakeFloodBounded|TestHandshakesPerHostBounded|TestSessionsPerHostBounded|TestNoGrantBeforeProof|TestOtherVersionRefusedByVersion|TestBadFramesRefused)$' -v ./share
 
 targets=${FUZZ_TARGETS:?the Makefile passes its FUZZ_TARGETS}
 n=$(wc -w <<<"$targets")
