@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -182,10 +183,13 @@ func TestImporterRefusesExporterWithoutSecret(t *testing.T) {
 		p = binary.LittleEndian.AppendUint16(p, uint16(len(proof)))
 		rawWrite(c, 2, append(p, proof...))
 		for {
-			typ, _, err := rawRead(c)
+			typ, p, err := rawRead(c)
 			if err != nil {
 				close(got)
 				return
+			}
+			if typ == 3 && (len(p) == 0 || p[0] != 1) {
+				typ = 0xff // a refusal that does not name ErrSeal
 			}
 			got <- []byte{typ}
 		}
@@ -199,8 +203,7 @@ func TestImporterRefusesExporterWithoutSecret(t *testing.T) {
 	for f := range got {
 		types = append(types, f...)
 	}
-	assert.Equal(t, byte(1), types[0], "the importer's hello")
-	assert.NotContains(t, types, byte(9), "the importer sent no proof")
+	assert.Equal(t, []byte{1, 3}, types, "what the importer sent: its hello, then a refusal instead of its proof")
 }
 
 // transcript1 is t1 of docs/share-protocol.md.
@@ -430,4 +433,68 @@ func TestNewcomerUnixSocketRkey(t *testing.T) {
 	_, err = r.ReadAt(got, 0)
 	require.NoError(t, err)
 	assert.Equal(t, -1, checkPattern(got, 4), "bytes over a Unix-socket session")
+}
+
+// TLS on one side only (here a proxy that speaks plain TCP to the
+// importer and TLS to the exporter, whose address the exporter was told)
+// is refused by the exporter saying so, not reported as a wrong secret.
+func TestTLSOnOneSideRefused(t *testing.T) {
+	proxyL := listen(t)
+	e, err := share.NewExporter(sealer(t), share.WithDialAddresses(proxyL.Addr().String()))
+	require.NoError(t, err)
+	l := tls.NewListener(listen(t), &tls.Config{Certificates: []tls.Certificate{selfSigned(t, "exporter")}, MinVersion: tls.VersionTLS13})
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(l) }()
+	t.Cleanup(func() { assert.NoError(t, e.Close()); assert.NoError(t, <-served) })
+	go func() {
+		ci, err := proxyL.Accept()
+		if err != nil {
+			return
+		}
+		ce, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			ci.Close()
+			return
+		}
+		go func() { io.Copy(ce, ci); ce.Close() }()
+		io.Copy(ci, ce)
+		ci.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = share.Dial(ctx, "tcp", proxyL.Addr().String(), sealer(t))
+	require.ErrorIs(t, err, share.ErrRefused)
+	assert.ErrorContains(t, err, "TLS on one side of the connection only")
+}
+
+// A connection that sent a hello keeps its place among those in their
+// handshake for Limits.Hello more at most: one that never sends its proof
+// is cut then, not at the (longer) handshake timeout.
+func TestProofDeadline(t *testing.T) {
+	_, addr := serve(t, share.WithHandshakeTimeout(60*time.Second), share.WithLimits(share.Limits{Hello: 500 * time.Millisecond}))
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang guard, half the handshake timeout
+	r := &rawSession{t: t, c: c, s: sealer(t)}
+	require.True(t, r.hellos())
+	_, _, err = rawRead(c)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the exporter still waits for the proof")
+	require.Error(t, err, "the exporter ends the connection")
+}
+
+// WithDialAddresses takes what an importer can have dialed: an IP
+// address and port, or a Unix socket's absolute path; a host name, a
+// wildcard address or port 0 is refused at NewExporter, saying why.
+func TestNewcomerDialAddresses(t *testing.T) {
+	for _, a := range []string{"exporter.svc:7000", ":7000", "0.0.0.0:7000", "192.0.2.7:0", "relative.sock", ""} {
+		_, err := share.NewExporter(sealer(t), share.WithDialAddresses(a))
+		require.ErrorIs(t, err, ucs.ErrInvalidParam, "%q", a)
+	}
+	for _, a := range []string{"192.0.2.7:7000", "[2001:db8::7]:7000", "/run/share.sock"} {
+		e, err := share.NewExporter(sealer(t), share.WithDialAddresses(a))
+		require.NoError(t, err, "%q", a)
+		require.NoError(t, e.Close())
+	}
 }

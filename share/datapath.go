@@ -1,7 +1,6 @@
 package share
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -38,10 +37,7 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 	// The importer's bind message carries its sealed claim; the data path
 	// holds no secret and asks here.
 	want := bindMessage(s.t3)
-	claims := func(header []byte) bool {
-		msg, err := s.e.sealer.Open(header)
-		return err == nil && bytes.Equal(msg, want)
-	}
+	claims := func(header []byte) bool { return checkSealed(s.e.sealer, header, want) }
 	dp, err := datapath.Start(ctx, cfg, claims)
 	if err != nil {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,9 +87,13 @@ type Limits struct {
 	// WithHandshakeTimeout.
 	Hello time.Duration
 	// SessionsPerHost is how many sessions whose importer proved the
-	// secret may be open at once from one importer host (its address):
-	// the next is refused with ErrRefused. Each holds a registration per
-	// region and, in rkey mode, a data-path process.
+	// secret may be open at once from one importer host: the next is
+	// refused with ErrRefused. Each holds a registration per region and,
+	// in rkey mode, a data-path process.
+	//
+	// A host, for these limits, is a source address: an IPv4 address, an
+	// IPv6 /64 prefix, and all Unix-socket connections together.
+	// Importers behind one address translation are one host.
 	SessionsPerHost int
 }
 
@@ -103,11 +108,18 @@ func WithLimits(l Limits) ExporterOption { return func(o *exporterOptions) { o.l
 
 // WithDialAddresses names addresses importers dial that reach this
 // exporter through an address translation (a port forward, a load
-// balancer), as "host:port" (or a Unix socket's path). An importer's
-// proof covers the address it dialed; the exporter accepts the address
-// its side of the connection has, and these. Anything else is refused
-// (a relay between the importer and the exporter dials from another
-// connection).
+// balancer), each an IP address and port ("192.0.2.7:7000", no host
+// names: importers name the address they connected to) or a Unix
+// socket's absolute path. An importer's proof covers the address it
+// dialed; the exporter accepts the address its side of the connection
+// has, and these. Anything else is refused: a relay between the importer
+// and the exporter is dialed at its own address.
+//
+// In rkey mode the importer's data path connects to the control
+// connection's remote address at the port of the exporter's data path,
+// which listens for the control connection's remote address only: a
+// translation must carry those too, so rkey mode through a NAT or a load
+// balancer does not work.
 func WithDialAddresses(addrs ...string) ExporterOption {
 	return func(o *exporterOptions) { o.dialed = append(o.dialed, addrs...) }
 }
@@ -205,8 +217,14 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	l.Hello = cmp.Or(l.Hello, d.Hello)
 	l.SessionsPerHost = cmp.Or(l.SessionsPerHost, d.SessionsPerHost)
 	for _, a := range o.dialed {
-		if a == "" || len(a) > maxDialed {
+		ap, err := netip.ParseAddrPort(a)
+		switch {
+		case len(a) == 0 || len(a) > maxDialed:
 			return nil, errs.New(op, ucs.ErrInvalidParam, "a dial address of %d bytes (1 to %d)", len(a), maxDialed)
+		case err != nil && !strings.HasPrefix(a, "/"):
+			return nil, errs.New(op, ucs.ErrInvalidParam, "dial address %q is neither an IP address and port (importers name what they dialed as one: no host names) nor a Unix socket's absolute path", a)
+		case err == nil && (ap.Addr().IsUnspecified() || ap.Port() == 0):
+			return nil, errs.New(op, ucs.ErrInvalidParam, "dial address %q: an importer dials a specific address and port", a)
 		}
 	}
 	mode, why, err := chooseMode(o.mode)
@@ -616,6 +634,9 @@ func (e *Exporter) handshakeOver(s *Session) {
 func (e *Exporter) admit(s *Session) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if s.ended {
+		return &ucs.Error{Op: "share: session handshake", Err: ucs.ErrClosed, Reason: "the session ended"}
+	}
 	n := 0
 	for o := range e.sessions {
 		if o.authed && o.host == s.host {
@@ -630,13 +651,22 @@ func (e *Exporter) admit(s *Session) error {
 	return nil
 }
 
-// sourceOf is a connection's source address (the zero Addr for a Unix
-// socket's, or any without an IP address: one source).
+// sourceOf is a connection's source, the unit of the per-host limits:
+// its IPv4 address, the /64 prefix of its IPv6 address (one host's or
+// one network's: a host holds a /64 of addresses as easily as one), or
+// the zero Addr for a Unix socket's or any without an IP address (one
+// source for all of them).
 func sourceOf(c net.Conn) netip.Addr {
-	if ap, err := netip.ParseAddrPort(addrString(c.RemoteAddr())); err == nil {
-		return ap.Addr().Unmap().WithZone("")
+	ap, err := netip.ParseAddrPort(addrString(c.RemoteAddr()))
+	if err != nil {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	a := ap.Addr().Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
 }
 
 // dialedHere says whether dialed, the address the importer says it

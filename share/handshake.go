@@ -33,11 +33,14 @@ const (
 	nonceSize        = 32
 )
 
-// importerHello opens a session: the importer's nonce and the address it
-// dialed (what its connection's remote address is), nothing else.
+// importerHello opens a session: the importer's nonce, whether its side
+// of the connection is TLS (its proofs then cover TLS keying material),
+// and the address it dialed (its connection's remote address), nothing
+// else.
 type importerHello struct {
 	Proto  uint16
 	Nonce  [nonceSize]byte
+	TLS    bool
 	Dialed string
 }
 
@@ -45,7 +48,11 @@ func (h *importerHello) encode() []byte {
 	b := append([]byte(helloMagic), 0, 0)
 	binary.LittleEndian.PutUint16(b[len(helloMagic):], h.Proto)
 	b = append(b, h.Nonce[:]...)
-	b = append(b, byte(len(h.Dialed)))
+	flags := byte(0)
+	if h.TLS {
+		flags = 1
+	}
+	b = append(b, flags, byte(len(h.Dialed)))
 	return append(b, h.Dialed...)
 }
 
@@ -62,13 +69,18 @@ func decodeImporterHello(p []byte) (*importerHello, error) {
 		return h, nil
 	}
 	copy(h.Nonce[:], r.take(nonceSize))
+	flags := r.u8()
 	h.Dialed = string(r.take(int(r.u8())))
 	if err := r.done(op, "hello"); err != nil {
 		return nil, err
 	}
+	if flags&^1 != 0 {
+		return nil, protoErr(op, "unknown flags %#x", flags)
+	}
 	if h.Dialed == "" {
 		return nil, protoErr(op, "no dialed address")
 	}
+	h.TLS = flags == 1
 	return h, nil
 }
 
@@ -254,8 +266,15 @@ const (
 // nothing in another session.
 func bindMessage(t3 [32]byte) []byte { return proofMessage(bindLabel, t3) }
 
-// checkSealed opens sealed with s and says whether it holds want.
-func checkSealed(s Sealer, sealed, want []byte) bool {
+// checkSealed opens sealed with s and says whether it holds want. The
+// bytes come from a peer that may not hold the secret: a Sealer that
+// panics on them fails the check, it does not end the process.
+func checkSealed(s Sealer, sealed, want []byte) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
 	msg, err := s.Open(sealed)
 	return err == nil && bytes.Equal(msg, want)
 }
@@ -282,8 +301,9 @@ func channelBinding(ctx context.Context, conn net.Conn) ([]byte, error) {
 }
 
 // sameAddress says whether the address an importer dialed is a, an
-// address of this side of the connection (host:port for IP, the path
-// for a Unix socket).
+// address of this side of the connection (host:port for IP, compared
+// without zones, so an IPv6 link-local address matches on any link; the
+// path for a Unix socket).
 func sameAddress(dialed string, a net.Addr) bool {
 	if a == nil {
 		return false

@@ -45,7 +45,8 @@ const wireVersion = 3
 
 // rawHello is an importer's hello of version proto: for this version,
 // docs/share-protocol.md's layout (a fresh nonce, the address dialed);
-// for another, the magic and the version, then what version 2 sent.
+// for another, the magic and the version, then what version 2 sent. It
+// says the connection is not TLS.
 func rawHello(proto uint16, dialed string) []byte {
 	b := binary.LittleEndian.AppendUint16([]byte("UCXSHARE"), proto)
 	if proto != wireVersion {
@@ -55,7 +56,7 @@ func rawHello(proto uint16, dialed string) []byte {
 	nonce := make([]byte, 32)
 	rand.Read(nonce)
 	b = append(b, nonce...)
-	return append(append(b, byte(len(dialed))), dialed...)
+	return append(append(b, 0, byte(len(dialed))), dialed...) // flags: no TLS
 }
 
 // rawSession is an importer's side of the handshake, written from

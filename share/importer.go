@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ucxgo/ucx/internal/datapath"
@@ -97,6 +98,9 @@ type Importer struct {
 	sealer Sealer
 	o      importerOptions
 	acc    *accepted // the exporter's parameters, once both proofs held
+	// In the handshake: the hello was sent, the exporter refused, this
+	// side sent a refusal.
+	helloSent, peerRefused, refuseSent bool
 	t3     [32]byte  // the handshake's transcript, which the bind claim seals
 
 	// rkey mode: the session's data path and the staging file shared with
@@ -200,7 +204,14 @@ func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOpt
 		err = errors.Join(err, hctx.Err())
 	}
 	if err != nil {
-		imp.shutdown("the session did not open")
+		// The exporter hears why, unless it refused, this side said so
+		// already, or the connection failed: a refusal, not a bye, since
+		// no session opened.
+		var st ucs.Status
+		if imp.helloSent && !imp.peerRefused && !imp.refuseSent && !errors.Is(err, ucs.ErrIOError) && !errors.As(err, &st) {
+			imp.send(frameRefuse, encodeRefuse(err))
+		}
+		imp.shutdown("the session did not open", false)
 		if hctx.Err() != nil {
 			return nil, &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "the handshake did not finish", Wrapped: err}
 		}
@@ -245,19 +256,24 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		return err
 	}
 	// 1. The hello: a nonce and the address dialed, nothing else.
-	hi := importerHello{Proto: protoVersion, Dialed: dialed}
+	hi := importerHello{Proto: protoVersion, Dialed: dialed, TLS: binding != nil}
 	rand.Read(hi.Nonce[:])
 	hib := hi.encode()
 	if err := imp.send(frameHelloImporter, hib); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "sending the hello", Wrapped: err}
 	}
+	imp.helloSent = true
 	// 2. The exporter proves the secret over this connection first.
 	t, p, err := readFrameMax(imp.conn, maxHelloFrame)
 	if err != nil {
-		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "no hello from the exporter", Wrapped: err}
+		why := "no hello from the exporter"
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			why = "the exporter closed the connection before its hello (it is at its limits on connections in their handshake, see Limits, or it is not a share exporter)"
+		}
+		return &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: why, Wrapped: err}
 	}
 	if t == frameRefuse {
-		return refusedBy(op, p)
+		return imp.refusedBy(op, p)
 	}
 	if t != frameHelloExporter {
 		return protoErr(op, "the exporter's first frame is a %s, not a hello", t)
@@ -311,7 +327,7 @@ func (imp *Importer) handshake(ctx context.Context) error {
 	switch t {
 	case frameAccepted:
 	case frameRefuse:
-		return refusedBy(op, p)
+		return imp.refusedBy(op, p)
 	default:
 		return protoErr(op, "expected the exporter to accept the proof, got a %s", t)
 	}
@@ -368,7 +384,7 @@ func (imp *Importer) handshake(ctx context.Context) error {
 		case frameGrant:
 			g, err := imp.openGrant(p)
 			if err != nil {
-				imp.send(frameRefuse, encodeRefuse(err))
+				imp.refuse(err)
 				return err
 			}
 			imp.mu.Lock()
@@ -380,12 +396,12 @@ func (imp *Importer) handshake(ctx context.Context) error {
 			}
 			r = imp.newRegion(g)
 			if err := r.install(ctx, g); err != nil {
-				imp.send(frameRefuse, encodeRefuse(err))
+				imp.refuse(err)
 				return imp.bothReleases(err)
 			}
 		case frameRevoke:
 			if err := imp.onRevoke(p); err != nil {
-				imp.send(frameRefuse, encodeRefuse(err))
+				imp.refuse(err)
 				return err
 			}
 		case frameReady:
@@ -394,11 +410,23 @@ func (imp *Importer) handshake(ctx context.Context) error {
 			}
 			return nil
 		case frameRefuse:
-			return refusedBy(op, p)
+			return imp.refusedBy(op, p)
 		default:
 			return protoErr(op, "unexpected %s frame during the handshake", t)
 		}
 	}
+}
+
+// refusedBy is the error of the exporter's refusal p in the handshake.
+func (imp *Importer) refusedBy(op string, p []byte) error {
+	imp.peerRefused = true
+	return refusedBy(op, p)
+}
+
+// refuse tells the exporter why this side ends the handshake.
+func (imp *Importer) refuse(err error) {
+	imp.refuseSent = true
+	imp.send(frameRefuse, encodeRefuse(err))
 }
 
 func refusedBy(op string, p []byte) error {
@@ -805,16 +833,16 @@ func (imp *Importer) Close() error {
 	}
 	imp.closed = true
 	imp.mu.Unlock()
-	imp.shutdown("the importer was closed")
+	imp.shutdown("the importer was closed", true)
 	if imp.o.name != "" {
 		unpublish("importer."+imp.o.name, imp)
 	}
 	return nil
 }
 
-// shutdown retires every region, says bye, and closes the connection and
-// the UCX side. The read loop, if it ran, has ended when it returns.
-func (imp *Importer) shutdown(reason string) {
+// shutdown retires every region, says bye (bye: the session had opened),
+// and closes the connection and the UCX side. The read loop, if it ran, has ended when it returns.
+func (imp *Importer) shutdown(reason string, bye bool) {
 	imp.mu.Lock()
 	imp.closing = true // no region is made from now on
 	rs := append([]*Region(nil), imp.every...)
@@ -844,7 +872,9 @@ func (imp *Importer) shutdown(reason string) {
 		close(imp.revoked)
 	}
 	imp.mu.Unlock()
-	imp.send(frameBye, nil)
+	if bye {
+		imp.send(frameBye, nil)
+	}
 	imp.conn.Close()
 	if imp.loopStarted {
 		<-imp.readDone

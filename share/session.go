@@ -235,13 +235,18 @@ func (s *Session) handshake() error {
 	// The importer's proof will cover the address it dialed: one this
 	// connection does not reach the exporter at is a relay's, or an
 	// address translation's the exporter was not told of.
+	if h.TLS != (binding != nil) {
+		err := &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("TLS on one side of the connection only (the importer's: %t, the exporter's: %t): "+
+			"a TLS-terminating proxy between them, or a connection wrapped so that it is no *tls.Conn", h.TLS, binding != nil)}
+		s.refuse(err)
+		return err
+	}
 	if !s.dialedHere(h.Dialed) {
 		err := &ucs.Error{Op: op, Err: ErrRefused, Reason: fmt.Sprintf("the importer dialed %q, which is not this exporter's address on this connection "+
 			"(a relay between the two, or an address translation: WithDialAddresses names the addresses importers dial)", h.Dialed)}
 		s.refuse(err)
 		return err
 	}
-	s.conn.SetDeadline(deadline)
 	// The exporter proves the secret first, over the importer's hello,
 	// the connection's binding and its own nonce.
 	var tr transcript
@@ -258,6 +263,14 @@ func (s *Session) handshake() error {
 	if err := s.send(frameHelloExporter, ehb); err != nil {
 		return err
 	}
+	// The importer's proof comes as fast as its hello: until it holds,
+	// the connection keeps its place among those in their handshake for
+	// Limits.Hello at most.
+	proofBy := time.Now().Add(e.o.limits.Hello)
+	if proofBy.After(deadline) {
+		proofBy = deadline
+	}
+	s.conn.SetDeadline(proofBy)
 	t, p, err = readFrameMax(s.conn, maxProofFrame)
 	if err != nil {
 		return err
@@ -283,6 +296,7 @@ func (s *Session) handshake() error {
 	}
 	tr.third(ip.Proof)
 	s.t3 = tr.t3
+	s.conn.SetDeadline(deadline)
 	// Both sides proved the secret: what is left is whether the pair can
 	// work, and whether this importer's host may open one more session.
 	s.peerUCX = ip.UCX

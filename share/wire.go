@@ -127,6 +127,9 @@ func readFrameMax(r io.Reader, limit uint32) (frameType, []byte, error) {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
+	if frameType(h[4]) == frameRefuse {
+		limit = max(limit, 2+maxReason) // a refusal says why at any step
+	}
 	if n == 0 || n > limit {
 		return 0, nil, protoErr("share: read frame", "a %s frame of %d bytes (1 to %d here)", frameType(h[4]), n, limit)
 	}

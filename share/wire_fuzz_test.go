@@ -181,11 +181,14 @@ func FuzzReadFrame(f *testing.F) {
 
 func FuzzDecodeImporterHello(f *testing.F) {
 	ih, _ := sampleHellos()
-	for _, dialed := range []string{ih.Dialed, "[2001:db8::1]:13337", "/run/ucxshare.sock", "x", strings.Repeat("a", 255)} {
+	for i, dialed := range []string{ih.Dialed, "[2001:db8::1]:13337", "/run/ucxshare.sock", "x", strings.Repeat("a", 255)} {
 		h := *ih
-		h.Dialed = dialed
+		h.Dialed, h.TLS = dialed, i%2 == 1
 		f.Add(h.encode())
 	}
+	bad := ih.encode()
+	bad[len(helloMagic)+2+nonceSize] = 2 // an unknown flag
+	f.Add(bad)
 	f.Add(append([]byte(helloMagic), 2, 0, 1, 18, 1, 0, 0)) // a version-2 hello
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeImporterHello(p)
