@@ -84,7 +84,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer exp.Close()
-	if err := exp.Add(shareRegion, mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+	if err := exp.Add(shareRegion, mem, share.ReadWrite); err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", testproc.HostAddr())

@@ -318,8 +318,8 @@ func TestContainedReadOnlyGrant(t *testing.T) {
 			mem := newMemory(t, want)
 			rw := newMemory(t, make([]byte, 64))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("ro", mem, ucp.ProtRemoteRead))
-			require.NoError(t, e.Add("rw", rw, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			require.NoError(t, e.Add("ro", mem, share.ReadOnly))
+			require.NoError(t, e.Add("rw", rw, share.ReadWrite))
 			h := dialHostile(t, addr)
 			// The control: the same put through a writable grant lands.
 			grw := h.grants["rw"]
@@ -358,8 +358,8 @@ func TestContainedRemoveEnforced(t *testing.T) {
 			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
 			keep := newMemory(t, []byte("another region, still shared"))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
-			require.NoError(t, e.Add("keep", keep, ucp.ProtRemoteRead))
+			require.NoError(t, e.Add("r", mem, share.ReadWrite))
+			require.NoError(t, e.Add("keep", keep, share.ReadOnly))
 			h := dialHostile(t, addr)
 			g := h.grants["r"]
 
@@ -400,7 +400,7 @@ func TestContainedRotateEnforced(t *testing.T) {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+			require.NoError(t, e.Add("r", mem, share.ReadWrite))
 			h := dialHostile(t, addr)
 			old := h.grants["r"]
 
@@ -442,7 +442,7 @@ func TestContainedRotateEnforced(t *testing.T) {
 func TestContainedLeaseEnforced(t *testing.T) {
 	mem := newMemory(t, bytes.Repeat([]byte("leased "), 100))
 	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithLease(300*time.Millisecond), share.WithAckTimeout(300*time.Millisecond))
-	require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, e.Add("r", mem, share.ReadWrite))
 	h := dialHostile(t, addr)
 	g := h.grants["r"]
 	typ, p, err := h.next(5 * time.Second)
@@ -469,7 +469,7 @@ func TestContainedDataPathAdmitsOnlyThePeer(t *testing.T) {
 	want := pattern(4096, 5)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	h := proveHostile(t, addr, sealer(t))
 	dp := dataPathListeningOn(t, h.port)
 	ports := listeningPorts(t, dp)
@@ -512,7 +512,7 @@ func TestContainedDataPathInheritsNoDescriptor(t *testing.T) {
 
 	mem := newMemory(t, pattern(4096, 6))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	h := dialHostile(t, addr)
 	dp := dataPathListeningOn(t, h.port)
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", dp))
@@ -541,7 +541,7 @@ func TestContainedImporterProcess(t *testing.T) {
 	require.NoError(t, err)
 	e, err := share.NewExporter(s, share.WithMode(share.ModeRkey))
 	require.NoError(t, err)
-	require.NoError(t, e.Add("r", newMemory(t, pattern(64<<10, 1)), ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("r", newMemory(t, pattern(64<<10, 1)), share.ReadOnly))
 	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -577,7 +577,7 @@ func TestContainedImporterDataPathKilled(t *testing.T) {
 	want := pattern(64<<10, 1)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("r", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("r", mem, share.ReadOnly))
 	p := startImporter(t, nil, "-connect", addr, "-read", "r:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 	kids := childrenOf(t, p.Pid())
@@ -670,7 +670,7 @@ func TestContainedBindWindow(t *testing.T) {
 	want := pattern(4096, 7)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	earlier := proveHostile(t, addr, sealer(t)) // a session whose claim a relay replays
 	h := proveHostile(t, addr, sealer(t))       // the importer, before its bind
 	host, _, _ := net.SplitHostPort(addr)
@@ -716,7 +716,7 @@ func TestContainedBindWindowCraftedAddress(t *testing.T) {
 	want := pattern(4096, 8)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	h := proveHostile(t, addr, sealer(t))
 	dp := dataPathListeningOn(t, h.port)
 	var iface uint16
@@ -950,7 +950,7 @@ func runContainedExporter() int {
 	if err != nil {
 		return failRole(err)
 	}
-	if err := e.Add("data", mem, ucp.ProtRemoteRead); err != nil {
+	if err := e.Add("data", mem, share.ReadOnly); err != nil {
 		return failRole(err)
 	}
 	l, err := net.Listen("tcp", hostAddr)

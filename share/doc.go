@@ -11,7 +11,7 @@
 //	sealer, _ := share.NewHMACSealer(secret) // the same secret on both sides
 //	mem, err := share.NewMemory(64 << 20)    // shareable memory: fill mem.Bytes()
 //	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour))
-//	exp.Add("frames", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite)
+//	exp.Add("frames", mem, share.ReadWrite)
 //	l, _ := net.Listen("tcp", ":13337")
 //	go exp.Serve(l)
 //	...

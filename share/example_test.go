@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 )
 
 // A host shares a buffer, an importer reads and writes it, the host
@@ -33,7 +32,7 @@ func Example() {
 		panic(err)
 	}
 	defer exp.Close()
-	if err := exp.Add("greeting", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite); err != nil {
+	if err := exp.Add("greeting", mem, share.ReadWrite); err != nil {
 		panic(err)
 	}
 	l, err := net.Listen("tcp", hostAddr) // the host's address on the DPU's network

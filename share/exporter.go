@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/ucxgo/ucx/internal/datapath"
@@ -11,7 +12,6 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -289,9 +289,54 @@ func chooseMode(want Mode) (Mode, string, error) {
 // Mode is the mode the exporter runs in, and why.
 func (e *Exporter) Mode() (Mode, string) { return e.mode, e.why }
 
+// Access is what importers may do with a region: ReadOnly, WriteOnly or
+// ReadWrite.
+type Access uint8
+
+const (
+	ReadOnly  Access = 1 // ReadAt (and the offload calls that read the region)
+	WriteOnly Access = 2 // WriteAt (and the offload calls that write it)
+	ReadWrite        = ReadOnly | WriteOnly
+)
+
+func (a Access) String() string {
+	switch a {
+	case ReadOnly:
+		return "read-only"
+	case WriteOnly:
+		return "write-only"
+	case ReadWrite:
+		return "read-write"
+	}
+	return fmt.Sprintf("access(%d)", uint8(a))
+}
+
+// prot is a's UCX protection on the exporter's side.
+func (a Access) prot() ucp.Prot {
+	p := ucp.ProtLocalRead | ucp.ProtLocalWrite
+	if a&ReadOnly != 0 {
+		p |= ucp.ProtRemoteRead
+	}
+	if a&WriteOnly != 0 {
+		p |= ucp.ProtRemoteWrite
+	}
+	return p
+}
+
+// accessOf is the Access a grant's protection gives.
+func accessOf(p ucp.Prot) Access {
+	var a Access
+	if p&ucp.ProtRemoteRead != 0 {
+		a |= ReadOnly
+	}
+	if p&ucp.ProtRemoteWrite != 0 {
+		a |= WriteOnly
+	}
+	return a
+}
+
 // Add shares m (all of m.Bytes()) as the region id with every importer,
-// present and future, with protection prot (ucp.ProtRemoteRead,
-// ucp.ProtRemoteWrite or both). m cannot be closed until Remove(id) or
+// present and future, with access a (ReadOnly, WriteOnly or ReadWrite). m cannot be closed until Remove(id) or
 // Close returned (Memory.Close is refused while it is shared); its bytes
 // may be reused then: no importer can reach them. Sessions open already
 // get a grant for it at once.
@@ -302,7 +347,7 @@ func (e *Exporter) Mode() (Mode, string) { return e.mode, e.why }
 // ucs.ErrClosed after Close. A removed id may be added again; importers
 // then see a new Region under it, the removed one staying revoked. One
 // Memory may be shared under several ids.
-func (e *Exporter) Add(id string, m *Memory, prot ucp.Prot) error {
+func (e *Exporter) Add(id string, m *Memory, a Access) error {
 	const op = "share: add region"
 	if err := checkRegionID(op, id); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: err.(*ucs.Error).Reason}
@@ -310,8 +355,8 @@ func (e *Exporter) Add(id string, m *Memory, prot ucp.Prot) error {
 	if m == nil {
 		return errs.New(op, ucs.ErrInvalidParam, "region %q: no Memory (NewMemory)", id)
 	}
-	if prot&^(ucp.ProtRemoteRead|ucp.ProtRemoteWrite) != 0 || prot == 0 {
-		return errs.New(op, ucs.ErrInvalidParam, "protection %#x: give ucp.ProtRemoteRead, ucp.ProtRemoteWrite or both", uint(prot))
+	if a != ReadOnly && a != WriteOnly && a != ReadWrite {
+		return errs.New(op, ucs.ErrInvalidParam, "access %d: give share.ReadOnly, share.WriteOnly or share.ReadWrite", uint8(a))
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -331,7 +376,7 @@ func (e *Exporter) Add(id string, m *Memory, prot ucp.Prot) error {
 		e.mu.Unlock()
 		return errs.New(op, ucs.ErrInvalidParam, "region %q: the Memory is closed", id)
 	}
-	r := &region{id: id, m: m, f: f, prot: prot | ucp.ProtLocalRead | ucp.ProtLocalWrite}
+	r := &region{id: id, m: m, f: f, prot: a.prot()}
 	e.regions[id] = r
 	e.order = append(e.order, id)
 	sessions := e.sessionList()
@@ -689,8 +734,18 @@ type stringAddr string
 func (a stringAddr) Network() string { return "" }
 func (a stringAddr) String() string  { return string(a) }
 
-// String names the session for logs: its number and the importer's
-// address.
+// SessionID names one session, the same on both sides: the exporter's
+// Session.ID and the importer's Importer.SessionID. It is chosen at random
+// by the exporter for each connection, and says nothing secret.
+type SessionID [16]byte
+
+func (id SessionID) String() string { return hex.EncodeToString(id[:]) }
+
+// ID is the session's id, which the importer's Importer.SessionID
+// returns too.
+func (s *Session) ID() SessionID { return SessionID(s.token) }
+
+// String names the session for logs: its id and the importer's address.
 func (s *Session) String() string {
-	return "session " + strconv.FormatUint(s.id, 10) + " from " + s.conn.RemoteAddr().String()
+	return "session " + s.ID().String() + " from " + s.conn.RemoteAddr().String()
 }

@@ -667,6 +667,10 @@ func (imp *Importer) Region(id string) (*Region, error) {
 	return r, nil
 }
 
+// SessionID is this session's id, the same as the exporter's Session.ID
+// for it.
+func (imp *Importer) SessionID() SessionID { return SessionID(imp.acc.Session) }
+
 // Mode is the exporter's mode for this session.
 func (imp *Importer) Mode() Mode { return imp.acc.Mode }
 
@@ -923,7 +927,7 @@ func (imp *Importer) teardown() {
 // Stats returns the importer's counters.
 func (imp *Importer) Stats() ImporterStats {
 	c := &imp.st
-	st := ImporterStats{Mode: imp.acc.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+	st := ImporterStats{Session: imp.SessionID().String(), Mode: imp.acc.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		Reads: c.reads.Load(), Writes: c.writes.Load(), Revocations: c.revocations.Load(),
 		Rotations: c.rotations.Load(), Errors: c.errors.Load()}
 	var oldest time.Time

@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 	"github.com/ucxgo/ucx/uct"
 )
@@ -41,7 +40,7 @@ func newNewcomerService(t *testing.T, s share.Sealer, regions map[string]*share.
 	exp, err := share.NewExporter(s, opts...)
 	require.NoError(t, err)
 	for id, m := range regions {
-		require.NoError(t, exp.Add(id, m, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+		require.NoError(t, exp.Add(id, m, share.ReadWrite))
 	}
 	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
@@ -108,7 +107,7 @@ func TestNewcomerLoopbackControl(t *testing.T) {
 	exp, err := share.NewExporter(s)
 	require.NoError(t, err)
 	defer exp.Close()
-	require.NoError(t, exp.Add("a", m, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("a", m, share.ReadOnly))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
@@ -377,7 +376,7 @@ func TestNewcomerRegionAfterImporterClose(t *testing.T) {
 func TestNewcomerRevokeTwice(t *testing.T) {
 	mem := memory(t, pattern(4096, 6))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, share.ReadWrite))
 	ctx := newcomerCtx(t)
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
@@ -443,7 +442,7 @@ func TestNewcomerAddAfterClose(t *testing.T) {
 	exp, err := share.NewExporter(sealer(t))
 	require.NoError(t, err)
 	require.NoError(t, exp.Close())
-	err = exp.Add("late", mem, ucp.ProtRemoteRead)
+	err = exp.Add("late", mem, share.ReadOnly)
 	require.Error(t, err)
 	isShareError(t, err, ucs.ErrClosed)
 	// Other calls after Close.
@@ -460,8 +459,8 @@ func TestNewcomerAddSameIDTwice(t *testing.T) {
 	first := memory(t, pattern(128, 8))
 	second := memory(t, pattern(256, 9))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("dup", first, ucp.ProtRemoteRead))
-	err := exp.Add("dup", second, ucp.ProtRemoteRead)
+	require.NoError(t, exp.Add("dup", first, share.ReadOnly))
+	err := exp.Add("dup", second, share.ReadOnly)
 	require.Error(t, err, "the second Add of an id must be refused, not replace silently")
 	t.Logf("Add same id twice: %v", err)
 	var ue *ucs.Error
@@ -481,13 +480,13 @@ func TestNewcomerAddOddArguments(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, closed.Close())
 	exp := newcomerExporter(t)
-	err = exp.Add("empty", nil, ucp.ProtRemoteRead)
+	err = exp.Add("empty", nil, share.ReadOnly)
 	t.Logf("Add nil Memory: %v", err)
 	isShareError(t, err, ucs.ErrInvalidParam)
-	err = exp.Add("closed", closed, ucp.ProtRemoteRead)
+	err = exp.Add("closed", closed, share.ReadOnly)
 	t.Logf("Add closed Memory: %v", err)
 	isShareError(t, err, ucs.ErrInvalidParam)
-	err = exp.Add("", mem, ucp.ProtRemoteRead)
+	err = exp.Add("", mem, share.ReadOnly)
 	t.Logf("Add empty id: %v", err)
 	err = exp.Add("noprot", mem, 0)
 	t.Logf("Add prot 0: %v", err)
@@ -529,7 +528,7 @@ func TestNewcomerServeAfterCloseLeavesListenerOpen(t *testing.T) {
 	mem := memory(t, make([]byte, 64))
 	exp, err := share.NewExporter(s)
 	require.NoError(t, err)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, share.ReadOnly))
 	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
 	defer l.Close()
@@ -649,7 +648,7 @@ func TestNewcomerCancelledReadWrite(t *testing.T) {
 	buf := mem.Bytes()
 	want := append([]byte(nil), buf...)
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, share.ReadWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -683,7 +682,7 @@ func TestNewcomerCancelledRevoke(t *testing.T) {
 	mem := memory(t, pattern(4096, 12))
 	buf := mem.Bytes()
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, share.ReadWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -715,8 +714,8 @@ func TestNewcomerCancelledRevoke(t *testing.T) {
 func TestNewcomerCancelledRemoveAndSessionRevoke(t *testing.T) {
 	ma, mb := memory(t, pattern(4096, 13)), memory(t, pattern(4096, 14))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("a", ma, ucp.ProtRemoteRead))
-	require.NoError(t, exp.Add("b", mb, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("a", ma, share.ReadOnly))
+	require.NoError(t, exp.Add("b", mb, share.ReadOnly))
 	imp := dial(t, addr)
 	ra, err := imp.Region("a")
 	require.NoError(t, err)
@@ -766,7 +765,7 @@ func TestNewcomerExpvarNameReused(t *testing.T) {
 	v := m.Get("exporter." + name)
 	require.NotNil(t, v)
 	// Which exporter does the entry show? e1 shares one region, e2 none.
-	require.NoError(t, e1.Add("r", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e1.Add("r", mem, share.ReadOnly))
 	var st share.ExporterStats
 	require.NoError(t, json.Unmarshal([]byte(m.Get("exporter."+name).String()), &st))
 	t.Logf("published entry shows %d region(s) (e1 has 1, e2 has 0)", st.Regions)
@@ -784,7 +783,7 @@ func TestNewcomerExpvarNameReused(t *testing.T) {
 func TestNewcomerImporterExpvarNameReused(t *testing.T) {
 	mem := memory(t, pattern(64, 15))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, share.ReadOnly))
 	name := "newcomer-imp-dup"
 	i1 := dial(t, addr, share.WithImporterExpvarName(name))
 	var i2 *share.Importer
@@ -809,7 +808,7 @@ func TestNewcomerRemoveWhileReading(t *testing.T) {
 	mem := memory(t, pattern(256<<10, 16))
 	buf := mem.Bytes()
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", mem, share.ReadWrite))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -861,14 +860,14 @@ func TestNewcomerRemoveThenAddSameID(t *testing.T) {
 	om, nm := memory(t, pattern(64, 17)), memory(t, bytes.Repeat([]byte{0xCC}, 16))
 	nb := nm.Bytes()
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", om, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", om, share.ReadWrite))
 	imp := dial(t, addr)
 	old, err := imp.Region("b")
 	require.NoError(t, err)
 	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
 	isShareError(t, old.Err(), share.ErrRevoked)
 
-	require.NoError(t, exp.Add("b", nm, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
+	require.NoError(t, exp.Add("b", nm, share.ReadWrite))
 	var r2 *share.Region
 	ok := assert.Eventually(t, func() bool {
 		r2, err = imp.Region("b")
@@ -903,7 +902,7 @@ func TestNewcomerRotateWhileReading(t *testing.T) {
 	mem := memory(t, pattern(64<<10, 18))
 	buf := mem.Bytes()
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, share.ReadOnly))
 	imp := dial(t, addr)
 	r, err := imp.Region("b")
 	require.NoError(t, err)
@@ -944,7 +943,7 @@ func TestNewcomerRotateWhileReading(t *testing.T) {
 func TestNewcomerSessionRevokeOne(t *testing.T) {
 	mem := memory(t, pattern(4096, 19))
 	exp, addr := serve(t)
-	require.NoError(t, exp.Add("b", mem, ucp.ProtRemoteRead))
+	require.NoError(t, exp.Add("b", mem, share.ReadOnly))
 	i1 := dial(t, addr)
 	i2 := dial(t, addr)
 	sessions := exp.Sessions()
@@ -1001,14 +1000,14 @@ func TestNewcomerMemoryCloseWhileShared(t *testing.T) {
 	assert.Nil(t, m.Bytes())
 	assert.Equal(t, 0, m.Len())
 	require.NoError(t, m.Close(), "closing twice")
-	err = svc.exp.Add("again", m, ucp.ProtRemoteRead)
+	err = svc.exp.Add("again", m, share.ReadOnly)
 	require.Error(t, err, "a closed Memory is not shared")
 
 	m2, err := share.NewMemory(4096)
 	require.NoError(t, err)
 	exp2, err := share.NewExporter(s)
 	require.NoError(t, err)
-	require.NoError(t, exp2.Add("m2", m2, ucp.ProtRemoteRead))
+	require.NoError(t, exp2.Add("m2", m2, share.ReadOnly))
 	isShareError(t, m2.Close(), ucs.ErrBusy)
 	require.NoError(t, exp2.Close())
 	require.NoError(t, m2.Close(), "after the exporter's Close")
@@ -1120,8 +1119,8 @@ func TestNewcomerWrongSecret(t *testing.T) {
 func TestNewcomerRegionAfterRemove(t *testing.T) {
 	a, b := memory(t, pattern(4096, 1)), memory(t, pattern(4096, 2))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", a, ucp.ProtRemoteRead))
-	require.NoError(t, e.Add("b", b, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", a, share.ReadOnly))
+	require.NoError(t, e.Add("b", b, share.ReadOnly))
 	imp := dial(t, addr)
 	held, err := imp.Region("a")
 	require.NoError(t, err)
@@ -1137,4 +1136,27 @@ func TestNewcomerRegionAfterRemove(t *testing.T) {
 		ids = append(ids, r.ID())
 	}
 	assert.Equal(t, []string{"b"}, ids)
+}
+
+// The two sides name a session the same way: the exporter's Session.ID is
+// the importer's SessionID, in their Stats too; and a region's Access is
+// what the exporter's Add gave.
+func TestNewcomerSessionIDBothSides(t *testing.T) {
+	mem := memory(t, pattern(4096, 1))
+	e, addr := serve(t)
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	imp := dial(t, addr)
+	ss := e.Sessions()
+	require.Len(t, ss, 1)
+	assert.Equal(t, imp.SessionID(), ss[0].ID())
+	assert.Len(t, imp.SessionID().String(), 32)
+	assert.Equal(t, imp.SessionID().String(), ss[0].Stats().ID)
+	assert.Equal(t, imp.SessionID().String(), imp.Stats().Session)
+	other := dial(t, addr)
+	assert.NotEqual(t, imp.SessionID(), other.SessionID())
+	r, err := imp.Region("a")
+	require.NoError(t, err)
+	assert.Equal(t, share.ReadOnly, r.Access())
+	assert.Equal(t, "read-only", r.Access().String())
+	require.ErrorIs(t, e.Add("b", memory(t, pattern(64, 1)), share.Access(4)), ucs.ErrInvalidParam)
 }

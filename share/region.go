@@ -87,6 +87,19 @@ func (r *Region) ID() string { return r.id }
 // Len is the region's length in bytes.
 func (r *Region) Len() int { return r.length }
 
+// Access is what the grant in use allows: ReadAt needs ReadOnly, WriteAt
+// WriteOnly (ReadWrite allows both); a call it does not allow fails with
+// an error wrapping ucs.ErrNotImplemented. It is 0 once no grant is in
+// use (revoked).
+func (r *Region) Access() Access {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil {
+		return 0
+	}
+	return accessOf(ucp.Prot(r.cur.g.Prot))
+}
+
 // Revoked is closed once the region is revoked (a rotation is not a
 // revocation).
 func (r *Region) Revoked() <-chan struct{} { return r.revoked }
@@ -303,7 +316,7 @@ func (r *Region) acquire(op string, write bool) (*igen, error) {
 		need, what = ucp.ProtRemoteWrite, "write"
 	}
 	if ucp.Prot(g.g.Prot)&need == 0 {
-		return nil, errs.New(op, ucs.ErrNotImplemented, "region %s is not granted for remote %s", r.id, what)
+		return nil, errs.New(op, ucs.ErrNotImplemented, "region %s is granted %s: no remote %s", r.id, accessOf(ucp.Prot(g.g.Prot)), what)
 	}
 	g.refs++
 	return g, nil

@@ -117,7 +117,7 @@ type regionSpec struct {
 	id   string
 	size int
 	seed byte
-	prot ucp.Prot
+	prot share.Access
 }
 
 func parseRegions(s string) ([]regionSpec, error) {
@@ -135,12 +135,12 @@ func parseRegions(s string) ([]regionSpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		var prot ucp.Prot
+		var prot share.Access
 		if strings.Contains(f[3], "r") {
-			prot |= ucp.ProtRemoteRead
+			prot |= share.ReadOnly
 		}
 		if strings.Contains(f[3], "w") {
-			prot |= ucp.ProtRemoteWrite
+			prot |= share.WriteOnly
 		}
 		rs = append(rs, regionSpec{f[0], size, byte(seed), prot})
 	}
@@ -256,11 +256,11 @@ func runExporter() int {
 					select {
 					case <-s.Done():
 					case <-time.After(time.Minute):
-						out("NOT-ENDED id=%d", s.Stats().ID)
+						out("NOT-ENDED id=%s", s.Stats().ID)
 						return
 					}
 					st := s.Stats()
-					out("ENDED id=%d live=%d failed=%t msg=%v", st.ID, st.Live, s.Err() != nil, s.Err())
+					out("ENDED id=%s live=%d failed=%t msg=%v", st.ID, st.Live, s.Err() != nil, s.Err())
 				}()
 			}
 		default:

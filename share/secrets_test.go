@@ -16,7 +16,6 @@ import (
 
 	"github.com/ucxgo/ucx/internal/leakcheck"
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 )
 
 // tap is a proxy between an importer and the exporter that keeps every
@@ -86,7 +85,7 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 	goodL, badL := listen(t), listen(t)
 	e, addr := serve(t, share.WithLease(400*time.Millisecond), share.WithExpvarName("secrets"),
 		share.WithDialAddresses(goodL.Addr().String(), badL.Addr().String()))
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -126,7 +125,10 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 	all := strings.Join(texts, "\n")
 	assert.Empty(t, leakcheck.Exposed(all, secret), "the sealing secret")
 	for i, g := range append(good.grants, bad.grants...) {
-		assert.Empty(t, leakcheck.Exposed(all, g), "sealed grant %d", i)
+		// From the generation on: the first 46 bytes (magic, format,
+		// release, mode, the exporter's and the session's ids) are no
+		// secret, and the session id is in the Stats on purpose.
+		assert.Empty(t, leakcheck.Exposed(all, g[46:]), "sealed grant %d", i)
 		// The packed key is the grant's last part, before the MAC: its
 		// 16-byte runs are covered by the grant's.
 	}

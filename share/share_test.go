@@ -13,7 +13,6 @@ import (
 
 	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -82,8 +81,8 @@ func TestReadWriteTwoRegions(t *testing.T) {
 	ma, mb := memory(t, pattern(1<<20, 1)), memory(t, pattern(64<<10, 9))
 	a, b := ma.Bytes(), mb.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", ma, ucp.ProtRemoteRead|ucp.ProtRemoteWrite))
-	require.NoError(t, e.Add("b", mb, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", ma, share.ReadWrite))
+	require.NoError(t, e.Add("b", mb, share.ReadOnly))
 	imp := dial(t, addr)
 	rs := imp.Regions()
 	require.Len(t, rs, 2)
@@ -107,8 +106,11 @@ func TestReadWriteTwoRegions(t *testing.T) {
 	n, err = rs[1].ReadAt(make([]byte, 100), int64(len(b)-10))
 	assert.Equal(t, 10, n)
 	assert.ErrorContains(t, err, "EOF")
+	assert.Equal(t, share.ReadWrite, rs[0].Access())
+	assert.Equal(t, share.ReadOnly, rs[1].Access())
 	_, err = rs[1].WriteAt([]byte{1}, 0)
 	assert.ErrorIs(t, err, ucs.ErrNotImplemented)
+	assert.ErrorContains(t, err, "read-only")
 	_, err = rs[0].WriteAt(make([]byte, 10), int64(len(a)-5))
 	assert.ErrorIs(t, err, ucs.ErrOutOfRange)
 
@@ -125,7 +127,7 @@ func TestReadWriteTwoRegions(t *testing.T) {
 func TestRevokeWaitsForAcknowledgement(t *testing.T) {
 	mem := memory(t, pattern(256<<10, 3))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -150,7 +152,7 @@ func TestRevokeWaitsForAcknowledgement(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, ucp.ProtRemoteRead))
+	require.NoError(t, e.Add("a", mem, share.ReadOnly))
 	other, err := share.NewHMACSealer([]byte("another secret of enough length"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

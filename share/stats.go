@@ -32,7 +32,7 @@ type ExporterStats struct {
 
 // SessionStats are one importer's session at the exporter.
 type SessionStats struct {
-	ID          uint64        `json:"id"`
+	ID          string        `json:"id"` // Session.ID, the importer's Importer.SessionID`
 	Remote      string        `json:"remote"`
 	UCX         string        `json:"ucx"` // the importer's UCX release
 	Grants      int64         `json:"grants"`
@@ -45,6 +45,7 @@ type SessionStats struct {
 
 // ImporterStats are an importer's counters since Dial.
 type ImporterStats struct {
+	Session      string        `json:"session"` // Importer.SessionID, the exporter's Session.ID
 	Mode         string        `json:"mode"`
 	Regions      int           `json:"regions"`
 	BytesRead    int64         `json:"bytes_read"`
@@ -85,7 +86,7 @@ func (e *Exporter) Stats() ExporterStats {
 
 // Stats returns the session's counters.
 func (s *Session) Stats() SessionStats {
-	st := SessionStats{ID: s.id, Remote: s.conn.RemoteAddr().String(), Grants: s.st.grants.Load(),
+	st := SessionStats{ID: s.ID().String(), Remote: s.conn.RemoteAddr().String(), Grants: s.st.grants.Load(),
 		Revocations: s.st.revocations.Load(), Acks: s.st.acks.Load(), Errors: s.st.errors.Load()}
 	s.mu.Lock()
 	st.UCX = s.peerUCX.String()

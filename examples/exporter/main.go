@@ -28,7 +28,6 @@ import (
 
 	"github.com/ucxgo/ucx/examples/internal/demo"
 	"github.com/ucxgo/ucx/share"
-	"github.com/ucxgo/ucx/ucp"
 )
 
 var (
@@ -104,7 +103,7 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 		return 1, err
 	}
 	defer e.Close()
-	if err := errors.Join(e.Add("data", dataMem, ucp.ProtRemoteRead), e.Add("inbox", inboxMem, ucp.ProtRemoteWrite)); err != nil {
+	if err := errors.Join(e.Add("data", dataMem, share.ReadOnly), e.Add("inbox", inboxMem, share.WriteOnly)); err != nil {
 		return 1, err
 	}
 	l, err := net.Listen("tcp", *listen)
