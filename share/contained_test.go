@@ -34,6 +34,7 @@ import (
 	"github.com/ucxgo/ucx/internal/wire"
 	"github.com/ucxgo/ucx/share"
 	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // hostile is an importer that holds the secret and obeys nothing after
@@ -367,7 +368,7 @@ func TestContainedRemoveEnforced(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				done <- e.Remove(ctx, "r")
+				done <- errOf(e.Remove(ctx, "r"))
 			}()
 			typ, p, err := h.next(5 * time.Second)
 			require.NoError(t, err)
@@ -408,7 +409,7 @@ func TestContainedRotateEnforced(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				done <- e.Rotate(ctx, "r", 100*time.Millisecond)
+				done <- errOf(e.Rotate(ctx, "r", 100*time.Millisecond))
 			}()
 			typ, p, err := h.next(5 * time.Second)
 			require.NoError(t, err)
@@ -1017,4 +1018,48 @@ func childrenOf(t testing.TB, pid int) []int { return testproc.Children(pid) }
 func processAlive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d/status", pid))
 	return err == nil
+}
+
+// Remove whose ctx ends before a hostile importer acknowledges: the
+// region is unmapped in that session's data path without the
+// acknowledgement; the Revocation names the hostile session as Forced and
+// a well-behaved importer's as Acknowledged; both sessions go on with the
+// other region (cancelling one region's removal ends no session), and the
+// hostile importer reaches none of the removed memory.
+func TestContainedRemoveForcedEndsOnlyTheRegion(t *testing.T) {
+	mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
+	keep := newMemory(t, []byte("another region, still shared"))
+	e, addr := serve(t, share.WithMode(share.ModeRkey))
+	require.NoError(t, e.Add("r", mem, share.ReadWrite))
+	require.NoError(t, e.Add("keep", keep, share.ReadOnly))
+	h := dialHostile(t, addr) // never reads its control connection: no ack
+	good := dial(t, addr)
+	k := h.grants["keep"]
+	g := h.grants["r"]
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rev, err := e.Remove(ctx, "r")
+	require.ErrorIs(t, err, ucs.ErrTimedOut)
+	assert.Equal(t, []share.SessionID{share.SessionID(h.raw.session)}, rev.Forced)
+	assert.Equal(t, []share.SessionID{good.SessionID()}, rev.Acknowledged)
+	assert.Empty(t, rev.Ended)
+	assert.Equal(t, int64(1), e.Stats().ForcedUnmaps)
+	assert.Len(t, e.Sessions(), 2, "both sessions go on")
+
+	got, err := h.get(k.addr, len("another region, still shared"), k.rr.Key())
+	require.NoError(t, err, "the hostile session reads the region it still holds")
+	assert.Equal(t, "another region, still shared", string(got))
+	copy(mem.Bytes(), bytes.Repeat([]byte("AFTER-REMOVE "), 100)) // the memory is reused
+	got, err = h.get(g.addr, 64, g.rr.Key())
+	t.Logf("the hostile importer's get of the removed region: %v", err)
+	if err == nil {
+		require.False(t, bytes.Contains(got, []byte("AFTER-REMOVE")), "read reused memory after a forced Remove")
+	}
+	stillServes(t, addr, "keep", []byte("another region, still shared"))
+	r, err := good.Region("keep")
+	require.NoError(t, err)
+	p := make([]byte, 7)
+	_, err = r.ReadAt(p, 0)
+	require.NoError(t, err, "the well-behaved session goes on")
 }

@@ -62,9 +62,13 @@
 // completed, its writes were flushed to the exporter's memory and its key
 // or mapping was released; later calls fail with an error wrapping
 // ErrRevoked and never reach the memory. The exporter unmaps a
-// registration only when the importer acknowledged it, or its session
-// ended and (rkey mode) its endpoint was closed by force, never on a timer
-// alone; Remove, Revoke and Close return only then.
+// registration when the importer acknowledged it, when its session ended
+// (rkey mode: its data path ended first), or, when the ctx of Remove or
+// Rotate ended first, without the acknowledgement: the operating system
+// (rkey mode) or the hardware key (export mode) then refuses the
+// importer's late access, which ends that session at most. Remove,
+// Rotate, Revoke and Close return only then, with a Revocation naming
+// the sessions that acknowledged, ended, or were forced.
 //
 // Beneath that, the operating system enforces it, whatever the importer
 // sends or acknowledges (docs/security.md):

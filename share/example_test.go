@@ -64,15 +64,18 @@ func Example() {
 	fmt.Printf("the host sees %q\n", buf)
 
 	// The host takes it back: Revoke returns once the importer
-	// acknowledged.
-	if err := exp.Revoke(ctx); err != nil {
+	// acknowledged, and says who did.
+	rev, err := exp.Revoke(ctx)
+	if err != nil {
 		panic(err)
 	}
+	fmt.Println(len(rev.Acknowledged), "importer acknowledged, the one whose session is", rev.Acknowledged[0] == imp.SessionID())
 	<-imp.Revoked()
 	_, err = r.ReadAt(p, 0)
 	fmt.Println(err != nil)
 	// Output:
 	// read "hello from the host's memory"
 	// the host sees "HELLO from the host's memory"
+	// 1 importer acknowledged, the one whose session is true
 	// true
 }

@@ -382,23 +382,28 @@ func (e *Exporter) Add(id string, m *Memory, a Access) error {
 	sessions := e.sessionList()
 	e.mu.Unlock()
 	e.st.regions.Add(1)
-	for _, s := range sessions {
-		s.grantNew(r)
+	var wg sync.WaitGroup
+	for _, s := range sessions { // at once: a slow importer delays no other
+		wg.Add(1)
+		go func() { defer wg.Done(); s.grantNew(r) }()
 	}
+	wg.Wait()
 	return nil
 }
 
 // Remove stops sharing the region id (an unknown id is an error wrapping
-// ucs.ErrNoElem): every importer's grant for it is
-// revoked and waited for. It returns once no importer can reach the
-// region's memory: each acknowledged, failed, or (when ctx ended first)
-// had its session closed by force; the error then says how many.
-func (e *Exporter) Remove(ctx context.Context, id string) error {
+// ucs.ErrNoElem): every importer's grant for it is revoked and waited for.
+// It returns once no importer can reach the region's memory, saying which
+// sessions acknowledged; when ctx ends first, the grants not acknowledged
+// are unmapped without the acknowledgement (those importers' sessions go
+// on, without the region: a late access of theirs fails), the Revocation
+// names them as Forced and the error wraps ucs.ErrTimedOut.
+func (e *Exporter) Remove(ctx context.Context, id string) (Revocation, error) {
 	e.mu.Lock()
 	r := e.regions[id]
 	if r == nil {
 		e.mu.Unlock()
-		return errs.New("share: remove region", ucs.ErrNoElem, "no region %q", id)
+		return Revocation{}, errs.New("share: remove region", ucs.ErrNoElem, "no region %q", id)
 	}
 	r.removed = true
 	delete(e.regions, id)
@@ -411,37 +416,48 @@ func (e *Exporter) Remove(ctx context.Context, id string) error {
 	sessions := e.sessionList()
 	e.mu.Unlock()
 	e.st.regions.Add(-1)
-	err := revokeAll(ctx, "share: remove region", sessions, func(s *Session) []*generation { return s.gensOf(id, 0) }, reasonRemoved)
+	rev, err := revokeAll(ctx, "share: remove region", sessions, func(s *Session) []*generation { return s.gensOf(id, 0) }, reasonRemoved, (*Session).forceUnmap)
 	r.live.Wait() // and the grants that were being made
 	r.m.release()
-	return err
+	return rev, err
 }
 
 // Rotate gives every importer of region id a grant on a fresh
-// registration, lets the old one be used for grace (an importer
-// acknowledges it as soon as it moved over), then revokes what is left of
-// the old one. It returns once every old registration is unmapped; when
-// ctx ends first the sessions still holding one are closed by force.
-func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) error {
+// registration (to all of them at once: a slow importer delays no other),
+// lets the old one be used for grace (an importer acknowledges it as soon
+// as it moved over), then revokes what is left of the old one. It returns
+// once every old registration is unmapped; when ctx ends first, the old
+// registrations not acknowledged are unmapped without the
+// acknowledgement, as Remove does.
+func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (Revocation, error) {
 	const op = "share: rotate"
 	e.mu.Lock()
 	r := e.regions[id]
 	sessions := e.sessionList()
 	e.mu.Unlock()
 	if r == nil {
-		return errs.New(op, ucs.ErrNoElem, "no region %q", id)
+		return Revocation{}, errs.New(op, ucs.ErrNoElem, "no region %q", id)
 	}
+	var mu sync.Mutex
 	old := map[*Session][]*generation{}
+	var wg sync.WaitGroup
 	for _, s := range sessions {
 		gens := s.gensOf(id, 0)
 		if len(gens) == 0 {
 			continue
 		}
-		if err := s.grantNew(r); err != nil {
-			continue // the session ended: its registrations are unmapped
-		}
-		old[s] = gens
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.grantNew(r); err != nil {
+				return // the session ended: its registrations are unmapped
+			}
+			mu.Lock()
+			old[s] = gens
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	e.st.rotations.Add(1)
 	t := time.NewTimer(grace)
 	defer t.Stop()
@@ -458,19 +474,21 @@ func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) e
 	for s := range old {
 		list = append(list, s)
 	}
-	return revokeAll(ctx, op, list, func(s *Session) []*generation { return old[s] }, reasonRotated)
+	sort.Slice(list, func(i, j int) bool { return list[i].id < list[j].id })
+	return revokeAll(ctx, op, list, func(s *Session) []*generation { return old[s] }, reasonRotated, (*Session).forceUnmap)
 }
 
 // Revoke revokes every importer: each gets a revocation for all it holds,
 // and its session ends once it acknowledged. It returns once no importer
-// can reach any region: when ctx ends first, the sessions that did not
-// acknowledge are closed by force (the error says how many). Importers
-// may open new sessions afterwards.
-func (e *Exporter) Revoke(ctx context.Context) error {
+// can reach any region, saying which sessions acknowledged: when ctx ends
+// first, the sessions that did not are closed by force, named as Forced,
+// and the error wraps ucs.ErrTimedOut. Importers may open new sessions
+// afterwards.
+func (e *Exporter) Revoke(ctx context.Context) (Revocation, error) {
 	e.mu.Lock()
 	sessions := e.sessionList()
 	e.mu.Unlock()
-	err := revokeAll(ctx, "share: revoke", sessions, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke)
+	rev, err := revokeAll(ctx, "share: revoke", sessions, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke, endByForce("share: revoke"))
 	for _, s := range sessions {
 		s.end(nil, true)
 	}
@@ -482,38 +500,86 @@ func (e *Exporter) Revoke(ctx context.Context) error {
 			s.end(&ucs.Error{Op: "share: revoke", Err: ErrRevoked, Reason: "the exporter revoked every importer during the handshake"}, false)
 		}
 	}
-	return err
+	return rev, err
+}
+
+// Revocation is how a revocation (Revoke, Session.Revoke, Remove, Rotate)
+// ended in each session it reached, by session id.
+type Revocation struct {
+	// Acknowledged: the importer acknowledged everything revoked.
+	Acknowledged []SessionID
+	// Ended: the session ended (its connection failed, or it was closed)
+	// before the importer acknowledged; its registrations are unmapped.
+	Ended []SessionID
+	// Forced: the importer had not acknowledged when the call's ctx
+	// ended. Remove and Rotate unmapped those registrations without the
+	// acknowledgement (the session goes on); Revoke closed the session.
+	Forced []SessionID
+}
+
+// endByForce is revokeAll's force for a revocation of whole sessions:
+// the session is closed by force.
+func endByForce(op string) func(*Session, []*generation) {
+	return func(s *Session, _ []*generation) {
+		s.end(&ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "no acknowledgement before the revocation's deadline"}, false)
+	}
 }
 
 // revokeAll revokes the generations pick returns in each session and
-// waits; at ctx's end the sessions left are closed by force.
-func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*Session) []*generation, reason uint8) error {
-	var pending []*generation
+// waits for each to be unmapped; at ctx's end force takes the sessions
+// left, with their generations not yet unmapped.
+func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*Session) []*generation, reason uint8,
+	force func(*Session, []*generation)) (Revocation, error) {
+	type revoked struct {
+		s    *Session
+		gens []*generation
+	}
+	var all []revoked
 	for _, s := range sessions {
+		var gens []*generation
 		for _, g := range pick(s) {
 			if s.revokeGen(g, reason) {
-				pending = append(pending, g)
+				gens = append(gens, g)
 			}
 		}
-	}
-	forced := map[*Session]bool{}
-	for _, g := range pending {
-		select {
-		case <-g.gone:
-			continue
-		case <-ctx.Done():
+		if len(gens) > 0 {
+			all = append(all, revoked{s, gens})
 		}
-		if !forced[g.s] {
-			forced[g.s] = true
-			g.s.end(&ucs.Error{Op: op, Err: ucs.ErrTimedOut, Reason: "no acknowledgement before the revocation's deadline"}, false)
+	}
+	var rev Revocation
+	for _, x := range all {
+		forced := false
+		for _, g := range x.gens {
+			select {
+			case <-g.gone: // unmapped already (once ctx ended, a select of both would pick either)
+				continue
+			default:
+			}
+			select {
+			case <-g.gone:
+				continue
+			case <-ctx.Done():
+			}
+			if !forced {
+				forced = true
+				force(x.s, x.gens)
+			}
+			<-g.gone
 		}
-		<-g.gone
+		switch id := x.s.ID(); {
+		case forced:
+			rev.Forced = append(rev.Forced, id)
+		case slices.ContainsFunc(x.gens, func(g *generation) bool { return !g.acked }):
+			rev.Ended = append(rev.Ended, id)
+		default:
+			rev.Acknowledged = append(rev.Acknowledged, id)
+		}
 	}
-	if len(forced) > 0 {
-		return &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Wrapped: ctx.Err(),
-			Reason: fmt.Sprintf("%d importer(s) did not acknowledge in time; their sessions were closed by force and their registrations unmapped after", len(forced))}
+	if len(rev.Forced) > 0 {
+		return rev, &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Wrapped: ctx.Err(),
+			Reason: fmt.Sprintf("%d importer(s) did not acknowledge in time; what they held was unmapped without their acknowledgement", len(rev.Forced))}
 	}
-	return nil
+	return rev, nil
 }
 
 // Serve accepts sessions on l until l is closed or the exporter is: the
@@ -605,7 +671,7 @@ func (e *Exporter) Close() error {
 		l.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.o.ack)
-	err := e.Revoke(ctx)
+	_, err := e.Revoke(ctx)
 	cancel()
 	e.wg.Wait()
 	e.mu.Lock()

@@ -246,7 +246,7 @@ func TestRevokeUnderLoad(t *testing.T) {
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	err := e.Revoke(ctx)
+	err := errOf(e.Revoke(ctx))
 	took := time.Since(start)
 	copy(a, pattern(len(a), 2)) // what no read may see
 	cancel()
@@ -314,7 +314,7 @@ func TestRotateUnderLoadProcessImporter(t *testing.T) {
 	for range 3 {
 		before := reads()
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		require.NoError(t, e.Rotate(ctx, "a", 5*time.Second))
+		require.NoError(t, errOf(e.Rotate(ctx, "a", 5*time.Second)))
 		cancel()
 		until(t, "reads go on after the rotation", func() bool { return reads() > before+1 })
 	}

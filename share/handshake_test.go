@@ -301,7 +301,7 @@ func TestRemoveDuringHandshake(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		defer cancel()
-		removed <- e.Remove(ctx, "r1")
+		removed <- errOf(e.Remove(ctx, "r1"))
 	}()
 	time.Sleep(100 * time.Millisecond)
 	g.open()
@@ -373,7 +373,7 @@ func TestReplayedGrantRefused(t *testing.T) {
 	}
 	assert.True(t, errors.Is(imp.Err(), share.ErrRevoked))
 	assert.ErrorContains(t, imp.Err(), "replayed")
-	require.NoError(t, e.Remove(ctx, "a"))
+	require.NoError(t, errOf(e.Remove(ctx, "a")))
 	_, err = r.ReadAt(make([]byte, 8), 0)
 	assert.ErrorIs(t, err, share.ErrRevoked)
 }

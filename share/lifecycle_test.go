@@ -60,7 +60,7 @@ func TestRotateUnderLoad(t *testing.T) {
 		before := reads.Load()
 		require.Eventually(t, func() bool { return reads.Load() > before }, 5*time.Second, time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		require.NoError(t, e.Rotate(ctx, "a", time.Second))
+		require.NoError(t, errOf(e.Rotate(ctx, "a", time.Second)))
 		cancel()
 	}
 	close(stop)
@@ -112,7 +112,7 @@ func TestRevokeOneImporterOthersGoOn(t *testing.T) {
 	require.Eventually(t, func() bool { return reads[0].Load() > 0 }, 5*time.Second, time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, sessions[0].Revoke(ctx))
+	require.NoError(t, errOf(sessions[0].Revoke(ctx)))
 	err := <-dones[0]
 	assert.ErrorIs(t, err, share.ErrRevoked)
 	before1, before2 := reads[1].Load(), reads[2].Load()
@@ -171,7 +171,7 @@ func TestRemoveOneRegion(t *testing.T) {
 	i1, i2 := dial(t, addr), dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, e.Remove(ctx, "a"))
+	require.NoError(t, errOf(e.Remove(ctx, "a")))
 	assert.Equal(t, int64(2), e.Stats().Acks, "both importers acknowledged before Remove returned")
 	for _, imp := range []*share.Importer{i1, i2} {
 		_, err := imp.Region("a")
@@ -183,7 +183,7 @@ func TestRemoveOneRegion(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, b, got)
 	}
-	assert.Error(t, e.Remove(ctx, "a"), "removed already")
+	assert.Error(t, errOf(e.Remove(ctx, "a")), "removed already")
 }
 
 func TestStatsPublishedThroughExpvar(t *testing.T) {

@@ -382,7 +382,7 @@ func TestNewcomerRevokeTwice(t *testing.T) {
 	r, err := imp.Region("b")
 	require.NoError(t, err)
 
-	require.NoError(t, exp.Revoke(ctx))
+	require.NoError(t, errOf(exp.Revoke(ctx)))
 	select {
 	case <-imp.Revoked():
 	case <-time.After(time.Second):
@@ -392,7 +392,7 @@ func TestNewcomerRevokeTwice(t *testing.T) {
 	_, err = r.ReadAt(make([]byte, 1), 0)
 	isShareError(t, err, share.ErrRevoked)
 
-	require.NoError(t, exp.Revoke(ctx), "a second Revoke with nobody to revoke")
+	require.NoError(t, errOf(exp.Revoke(ctx)), "a second Revoke with nobody to revoke")
 
 	// A new session works.
 	imp2 := dial(t, addr)
@@ -430,7 +430,7 @@ func TestNewcomerCloseTwice(t *testing.T) {
 func TestNewcomerRemoveUnknown(t *testing.T) {
 	// Not serve(t): see newcomerExporter.
 	exp := newcomerExporter(t)
-	err := exp.Remove(newcomerCtx(t), "never-added")
+	err := errOf(exp.Remove(newcomerCtx(t), "never-added"))
 	require.Error(t, err)
 	t.Logf("Remove unknown: %v", err)
 	assert.ErrorIs(t, err, ucs.ErrNoElem)
@@ -446,7 +446,7 @@ func TestNewcomerAddAfterClose(t *testing.T) {
 	require.Error(t, err)
 	isShareError(t, err, ucs.ErrClosed)
 	// Other calls after Close.
-	assert.Error(t, exp.Remove(context.Background(), "late"))
+	assert.Error(t, errOf(exp.Remove(context.Background(), "late")))
 	err = exp.Serve(listen(t))
 	t.Logf("Serve after Close: %v", err)
 	assert.Error(t, err)
@@ -690,7 +690,7 @@ func TestNewcomerCancelledRevoke(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	err = exp.Revoke(ctx)
+	err = errOf(exp.Revoke(ctx))
 	t.Logf("Revoke cancelled ctx: %v (%v)", err, time.Since(start))
 	if err != nil {
 		var ue *ucs.Error
@@ -721,14 +721,14 @@ func TestNewcomerCancelledRemoveAndSessionRevoke(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = exp.Remove(ctx, "a")
+	err = errOf(exp.Remove(ctx, "a"))
 	t.Logf("Remove cancelled ctx: %v", err)
 	_, err = ra.ReadAt(make([]byte, 1), 0)
 	assert.Error(t, err)
 
 	sessions := exp.Sessions()
 	for _, s := range sessions {
-		err := s.Revoke(ctx)
+		err := errOf(s.Revoke(ctx))
 		t.Logf("Session.Revoke cancelled ctx on %v: %v", s, err)
 		select {
 		case <-s.Done():
@@ -827,7 +827,7 @@ func TestNewcomerRemoveWhileReading(t *testing.T) {
 		}
 	}()
 	<-started
-	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
+	require.NoError(t, errOf(exp.Remove(newcomerCtx(t), "b")))
 	// Reuse the memory.
 	for i := range buf {
 		buf[i] = 0xAB
@@ -864,7 +864,7 @@ func TestNewcomerRemoveThenAddSameID(t *testing.T) {
 	imp := dial(t, addr)
 	old, err := imp.Region("b")
 	require.NoError(t, err)
-	require.NoError(t, exp.Remove(newcomerCtx(t), "b"))
+	require.NoError(t, errOf(exp.Remove(newcomerCtx(t), "b")))
 	isShareError(t, old.Err(), share.ErrRevoked)
 
 	require.NoError(t, exp.Add("b", nm, share.ReadWrite))
@@ -923,7 +923,7 @@ func TestNewcomerRotateWhileReading(t *testing.T) {
 			}
 		}
 	}()
-	require.NoError(t, exp.Rotate(newcomerCtx(t), "b", 50*time.Millisecond))
+	require.NoError(t, errOf(exp.Rotate(newcomerCtx(t), "b", 50*time.Millisecond)))
 	close(stop)
 	assert.NoError(t, <-done)
 	assert.NoError(t, r.Err())
@@ -948,7 +948,7 @@ func TestNewcomerSessionRevokeOne(t *testing.T) {
 	i2 := dial(t, addr)
 	sessions := exp.Sessions()
 	require.Len(t, sessions, 2)
-	require.NoError(t, sessions[0].Revoke(newcomerCtx(t)))
+	require.NoError(t, errOf(sessions[0].Revoke(newcomerCtx(t))))
 	<-sessions[0].Done()
 	assert.NoError(t, sessions[0].Err(), "revoked and acknowledged is a clean end")
 	var revoked, alive *share.Importer
@@ -995,7 +995,7 @@ func TestNewcomerMemoryCloseWhileShared(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.Equal(t, len(want), m.Len())
 
-	require.NoError(t, svc.exp.Remove(ctx, "m"))
+	require.NoError(t, errOf(svc.exp.Remove(ctx, "m")))
 	require.NoError(t, m.Close())
 	assert.Nil(t, m.Bytes())
 	assert.Equal(t, 0, m.Len())
@@ -1126,7 +1126,7 @@ func TestNewcomerRegionAfterRemove(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, e.Remove(ctx, "a"))
+	require.NoError(t, errOf(e.Remove(ctx, "a")))
 	_, err = imp.Region("a")
 	require.ErrorIs(t, err, share.ErrRevoked)
 	_, err = held.ReadAt(make([]byte, 8), 0)

@@ -61,6 +61,7 @@ type generation struct {
 	issued   time.Time
 	expires  time.Time
 	revoking bool
+	acked    bool // unmapped on the importer's acknowledgement
 	lease    *time.Timer
 	gone     chan struct{} // closed once unmapped
 }
@@ -80,11 +81,39 @@ func (s *Session) Err() error {
 // Revoke revokes everything this importer holds and ends its session once
 // it acknowledged; other importers are not disturbed. It returns once the
 // importer cannot reach any region: when ctx ends first the session is
-// closed by force and the error says so.
-func (s *Session) Revoke(ctx context.Context) error {
-	err := revokeAll(ctx, "share: revoke session", []*Session{s}, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke)
+// closed by force, the Revocation says Forced, and the error wraps
+// ucs.ErrTimedOut.
+func (s *Session) Revoke(ctx context.Context) (Revocation, error) {
+	rev, err := revokeAll(ctx, "share: revoke session", []*Session{s}, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke, endByForce("share: revoke session"))
 	s.end(nil, true)
-	return err
+	return rev, err
+}
+
+// forceUnmap unmaps those of gens the importer has not acknowledged,
+// without its acknowledgement: the session goes on without them (the
+// operating system, or the hardware key, refuses a late access, which
+// ends that session at most).
+func (s *Session) forceUnmap(gens []*generation) {
+	for _, g := range gens {
+		s.mu.Lock()
+		mine := false
+		gs := s.gens[g.region]
+		for i, x := range gs {
+			if x == g {
+				s.gens[g.region] = append(gs[:i:i], gs[i+1:]...)
+				mine = true
+				break
+			}
+		}
+		if len(s.gens[g.region]) == 0 {
+			delete(s.gens, g.region)
+		}
+		s.mu.Unlock()
+		if mine { // not claimed by an acknowledgement or the session's end
+			s.e.st.forcedUnmaps.Add(1)
+			g.unmap()
+		}
+	}
 }
 
 // gensOf is the session's live generations of region (every region for
@@ -543,6 +572,7 @@ func (s *Session) acked(m *ackMsg) {
 	}
 	s.st.acks.Add(1)
 	s.e.st.acks.Add(1)
+	g.acked = true
 	g.unmap()
 }
 

@@ -13,21 +13,22 @@ import (
 // exporter cannot count the bytes importers move: RMA is one-sided, so
 // the importer's ImporterStats count them.
 type ExporterStats struct {
-	Mode        string         `json:"mode"`
-	Regions     int64          `json:"regions"`     // shared now
-	Importers   int            `json:"importers"`   // sessions open now
-	Served      int64          `json:"served"`      // sessions accepted in all
-	Ended       int64          `json:"ended"`       // sessions ended in all (refused ones among them)
-	Refused     int64          `json:"refused"`     // sessions refused at the handshake
-	Throttled   int64          `json:"throttled"`   // connections closed unanswered over a handshake limit (Limits)
-	Grants      int64          `json:"grants"`      // grants sent (one registration each)
-	Revocations int64          `json:"revocations"` // revocations sent
-	Expired     int64          `json:"expired"`     // of which for an expired lease
-	Rotations   int64          `json:"rotations"`   // Rotate calls
-	Acks        int64          `json:"acks"`        // acknowledgements received
-	Forced      int64          `json:"forced"`      // sessions ended by force while holding registrations
-	Errors      int64          `json:"errors"`      // sessions that ended with an error
-	Sessions    []SessionStats `json:"sessions"`
+	Mode         string         `json:"mode"`
+	Regions      int64          `json:"regions"`       // shared now
+	Importers    int            `json:"importers"`     // sessions open now
+	Served       int64          `json:"served"`        // sessions accepted in all
+	Ended        int64          `json:"ended"`         // sessions ended in all (refused ones among them)
+	Refused      int64          `json:"refused"`       // sessions refused at the handshake
+	Throttled    int64          `json:"throttled"`     // connections closed unanswered over a handshake limit (Limits)
+	Grants       int64          `json:"grants"`        // grants sent (one registration each)
+	Revocations  int64          `json:"revocations"`   // revocations sent
+	Expired      int64          `json:"expired"`       // of which for an expired lease
+	Rotations    int64          `json:"rotations"`     // Rotate calls
+	Acks         int64          `json:"acks"`          // acknowledgements received
+	Forced       int64          `json:"forced"`        // sessions ended by force while holding registrations
+	ForcedUnmaps int64          `json:"forced_unmaps"` // registrations unmapped without an acknowledgement (Remove, Rotate at ctx's end)
+	Errors       int64          `json:"errors"`        // sessions that ended with an error
+	Sessions     []SessionStats `json:"sessions"`
 }
 
 // SessionStats are one importer's session at the exporter.
@@ -59,7 +60,7 @@ type ImporterStats struct {
 }
 
 type exporterCounters struct {
-	regions, served, ended, refused, throttled, grants, revocations, expired, rotations, acks, forced, errors atomic.Int64
+	regions, served, ended, refused, throttled, grants, revocations, expired, rotations, acks, forced, forcedUnmaps, errors atomic.Int64
 }
 
 type sessionCounters struct {
@@ -76,7 +77,7 @@ func (e *Exporter) Stats() ExporterStats {
 	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(), Ended: c.ended.Load(),
 		Refused: c.refused.Load(), Throttled: c.throttled.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
 		Expired: c.expired.Load(), Rotations: c.rotations.Load(), Acks: c.acks.Load(),
-		Forced: c.forced.Load(), Errors: c.errors.Load()}
+		Forced: c.forced.Load(), ForcedUnmaps: c.forcedUnmaps.Load(), Errors: c.errors.Load()}
 	for _, s := range e.Sessions() {
 		st.Sessions = append(st.Sessions, s.Stats())
 	}

@@ -77,16 +77,16 @@ func underLoadCycle(t *testing.T, action int) {
 	time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 	switch action {
 	case 0:
-		require.NoError(t, e.Revoke(ctx))
+		require.NoError(t, errOf(e.Revoke(ctx)))
 	case 1:
 		require.NoError(t, imp.Close())
 	case 2:
 		require.NoError(t, e.Close())
 	case 3:
-		require.NoError(t, e.Sessions()[0].Revoke(ctx))
+		require.NoError(t, errOf(e.Sessions()[0].Revoke(ctx)))
 	case 4:
-		require.NoError(t, e.Rotate(ctx, "a", 50*time.Millisecond))
-		require.NoError(t, e.Remove(ctx, "a"))
+		require.NoError(t, errOf(e.Rotate(ctx, "a", 50*time.Millisecond)))
+		require.NoError(t, errOf(e.Remove(ctx, "a")))
 	case 5:
 		go imp.Close()
 		require.NoError(t, e.Close())

@@ -571,10 +571,10 @@ func TestWriteWireCorpus(t *testing.T) {
 	if _, err := r.ReadAt(make([]byte, 100), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Rotate(ctx, "a", 100*time.Millisecond); err != nil {
+	if _, err := e.Rotate(ctx, "a", 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Remove(ctx, "régión-b"); err != nil {
+	if _, err := e.Remove(ctx, "régión-b"); err != nil {
 		t.Fatal(err)
 	}
 	if err := imp.Close(); err != nil {

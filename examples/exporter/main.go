@@ -156,8 +156,8 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 		case <-rotations:
 			if len(open) > 0 {
 				rctx, cancel := context.WithTimeout(context.Background(), *ackWait)
-				if err := e.Rotate(rctx, "data", *ackWait); err != nil {
-					say("rotate: %v", err)
+				if rev, err := e.Rotate(rctx, "data", *ackWait); err != nil {
+					say("rotate: %v (unmapped without acknowledgement in sessions %v)", err, rev.Forced)
 				}
 				cancel()
 			}
@@ -179,16 +179,16 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 	scan()
 	before := e.Stats()
 	rctx, cancel := context.WithTimeout(context.Background(), *ackWait)
-	rerr := e.Revoke(rctx)
+	rev, rerr := e.Revoke(rctx)
 	cancel()
 	after := e.Stats()
 	held := 0
 	for _, s := range before.Sessions {
 		held += s.Live
 	}
-	sum.Revoked, sum.Acks, sum.Forced = before.Importers, after.Acks-before.Acks, after.Forced-before.Forced
+	sum.Revoked, sum.Acks, sum.Forced = before.Importers, after.Acks-before.Acks, int64(len(rev.Forced))
 	sum.Served, sum.Refused, sum.SessionErrors, sum.Rotations = after.Served, after.Refused, after.Errors, after.Rotations
-	sum.Acked = rerr == nil && sum.Forced == 0 && sum.Acks >= int64(held)
+	sum.Acked = rerr == nil && len(rev.Forced) == 0 && len(rev.Ended) == 0
 	say("revoke at exit: %d importer(s) holding %d registration(s): %d acknowledgement(s), %d closed by force; every importer acknowledged: %t",
 		sum.Revoked, held, sum.Acks, sum.Forced, sum.Acked)
 	for s := range open {
