@@ -222,12 +222,12 @@ func (p *sharePeer) rawRegion(b *testing.B) ucp.RemoteRegion {
 	run, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(run) }()
-	ep, err := w.Connect(p.data)
+	uctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ep, err := w.Connect(uctx, p.data)
 	if err != nil {
 		b.Fatal(err)
 	}
-	uctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	rr, err := ep.UnpackRegion(uctx, p.packed)
 	if err != nil {
 		b.Fatal(err)

@@ -113,12 +113,12 @@ func (h *hostile) bind(addr string) {
 	var err error
 	h.openUCX()
 	host, _, _ := net.SplitHostPort(addr)
-	h.ep, err = h.w.Connect(net.JoinHostPort(host, strconv.Itoa(int(h.port))))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h.ep, err = h.w.Connect(ctx, net.JoinHostPort(host, strconv.Itoa(int(h.port))))
 	require.NoError(t, err)
 	req, err := h.ep.SendAM(0x5e01, h.bindHeader(h.s), nil, ucp.AMReply)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	require.NoError(t, req.Wait(ctx))
 	require.NoError(t, h.ep.Flush(ctx))
 	// The data ports: this process's tcp ports of its connections with
@@ -278,7 +278,9 @@ func connectUCX(t testing.TB, addr string) *hostile {
 	t.Cleanup(h.close)
 	var err error
 	h.openUCX()
-	h.ep, err = h.w.Connect(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.ep, err = h.w.Connect(ctx, addr)
 	require.NoError(t, err)
 	return h
 }

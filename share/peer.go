@@ -42,12 +42,8 @@ func (imp *Importer) ConnectPeer(ctx context.Context, addr string) (*Peer, error
 		if _, err := imp.ucx(); err != nil {
 			return nil, err
 		}
-		ep, err := imp.w.Connect(addr)
+		ep, err := imp.w.Connect(ctx, addr)
 		if err != nil {
-			return nil, err
-		}
-		if err := ep.Flush(ctx); err != nil {
-			ep.Close(context.Background(), ucp.CloseForce)
 			return nil, err
 		}
 		return imp.keepPeer(&Peer{imp: imp, ep: ep}), nil

@@ -18,12 +18,10 @@ import (
 // an error. UCX crashed on it (SIGSEGV in ucp_ep_create, every run on
 // 1.16.0 to 1.23.0~rc1).
 func TestConnRequestAnsweredOnce(t *testing.T) {
-	p := newPair(t, listening(), unconnected(), runClient())
+	p := newPair(t, listening(), unconnected(), runClient(), runServer())
 	client, l := p.client, p.listener
 
-	ep, err := client.Connect(l.Addr().String())
-	require.NoError(t, err)
-	defer closeEP(t, ep)
+	connected := connectAsync(client, l.Addr().String())
 	cr, err := l.AcceptRequest(waitCtx(t))
 	require.NoError(t, err)
 	var (
@@ -49,6 +47,9 @@ func TestConnRequestAnsweredOnce(t *testing.T) {
 	wg.Wait()
 	require.Len(t, eps, 1)
 	defer closeEP(t, eps[0])
+	ep, err := connected()
+	require.NoError(t, err)
+	defer closeEP(t, ep)
 	require.Len(t, errs, 1)
 	assert.ErrorIs(t, errs[0], ucs.ErrClosed)
 	assert.ErrorContains(t, errs[0], "ucp: accept connection")
@@ -59,12 +60,13 @@ func TestConnRequestAnsweredOnce(t *testing.T) {
 
 	// Rejected last: UCX 1.16 and 1.17 can abort on a connection that
 	// follows a rejected one (docs/behaviour.md, "Known UCX issues met").
-	ep2, err := client.Connect(l.Addr().String())
-	require.NoError(t, err)
-	defer closeEP(t, ep2)
+	connected = connectAsync(client, l.Addr().String())
 	cr2, err := l.AcceptRequest(waitCtx(t))
 	require.NoError(t, err)
 	require.NoError(t, cr2.Reject())
+	ep2, err := connected()
+	assert.Nil(t, ep2)
+	assert.Error(t, err, "the rejected client's Connect")
 	assert.ErrorIs(t, cr2.Reject(), ucs.ErrClosed)
 	_, err = cr2.Accept()
 	assert.ErrorIs(t, err, ucs.ErrClosed)

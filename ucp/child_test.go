@@ -155,7 +155,7 @@ func connectChild(t *testing.T, c *child) *client {
 	}))
 	runWorker(t, w)
 
-	cl.ep, err = w.Connect(fmt.Sprintf("127.0.0.1:%d", c.port))
+	cl.ep, err = w.Connect(waitCtx(t), fmt.Sprintf("127.0.0.1:%d", c.port))
 	require.NoError(t, err)
 	t.Cleanup(func() { closeEP(t, cl.ep) })
 	select {

@@ -584,7 +584,7 @@ func closeOrderCase(tr closeOrderTransport, idx int, order [6]int) (fails, times
 					ep, err := l.Accept(sctx, ucp.WithPeerErrorHandling(tr.peerErr))
 					acc <- accepted{ep, err}
 				}()
-				ep, err = client.Connect(l.Addr().String(), ucp.WithPeerErrorHandling(tr.peerErr))
+				ep, err = client.Connect(sctx, l.Addr().String(), ucp.WithPeerErrorHandling(tr.peerErr))
 			}
 			if err != nil {
 				ep = nil

@@ -14,8 +14,9 @@
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
 // same program falls back to Mem.PackRegion (the mapping's address,
-// length and remote key) and Endpoint.UnpackRegion. A region may be
-// unpacked at once after Connect or Listener.Accept: UnpackRegion waits
+// length and remote key) and Endpoint.UnpackRegion. Worker.Connect
+// returns an endpoint wired up (or the wire-up's error); one from
+// ConnectWorker or Listener.Accept may be used at once: UnpackRegion waits
 // (within its ctx) for the endpoint's wire-up first. A RemoteRegion checks
 // offsets against its length before anything reaches UCX, and is an
 // io.ReaderAt and io.WriterAt. (Mem.PackRemoteKey and

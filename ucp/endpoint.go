@@ -172,12 +172,16 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 	return w.newEndpoint(op, "", o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
 }
 
-// Connect creates a client-server endpoint to a Listener at addr
-// ("host:port"). It does not wait: the connection request reaches the
-// listener, and the server's Accept returns, only while this worker is
-// progressed (Run in a goroutine, or a blocking call on the endpoint such
-// as Flush or UnpackRegion).
-func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error) {
+// Connect connects to a Listener at addr ("host:port") and returns the
+// endpoint once it is wired up (the listener's side accepted it and a
+// flush completed through it), as net.Dialer.DialContext returns a
+// connected conn; or the error that ended the wire-up (the listener
+// rejected the request, nothing answers there, or ctx ended first: its
+// error wraps ucs.ErrTimedOut or ucs.ErrCanceled and says what was
+// awaited), with the endpoint closed. It progresses the worker while it
+// waits, so no Run is needed; the server's side must accept meanwhile
+// (Listener.Accept running in another goroutine, or another process).
+func (w *Worker) Connect(ctx context.Context, addr string, opts ...EndpointOption) (*Endpoint, error) {
 	op := fmt.Sprintf("ucp: connect to %s", addr)
 	ap, err := parseAddrPort(op, addr, false)
 	if err != nil {
@@ -185,7 +189,24 @@ func (w *Worker) Connect(addr string, opts ...EndpointOption) (*Endpoint, error)
 	}
 	o := endpointOpts(opts)
 	hint := fmt.Sprintf("the handshake with %s has not finished: the server there has not accepted the connection, or is not progressing its worker, or is not a UCX listener", ap)
-	return w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	ep, err := w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.Flush(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ep.Close(cctx, CloseForce)
+		cancel()
+		e := &ucs.Error{Op: op}
+		var ue *ucs.Error
+		if errors.As(err, &ue) {
+			e.Err, e.Reason, e.Wrapped = ue.Err, ue.Reason, ue.Wrapped
+		} else {
+			e.Err, e.Wrapped = ucs.ErrIOError, err
+		}
+		return nil, e
+	}
+	return ep, nil
 }
 
 // checkFailed delivers an error the shim's handler recorded. Called with

@@ -182,7 +182,7 @@ func ExampleEndpoint_UnpackRegion() {
 	defer func() { stop(); <-ran }()
 	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ep, err := w.Connect(l.Addr().String())
+	ep, err := w.Connect(wait, l.Addr().String()) // returns once the host accepted
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package ucp_test
 
 import (
+	"context"
 	"net/netip"
 	"testing"
 
@@ -22,12 +23,12 @@ func TestListenOnEveryAddress(t *testing.T) {
 	assert.Equal(t, netip.IPv4Unspecified(), l.Addr().Addr())
 	require.NotZero(t, l.Addr().Port())
 
-	runWorker(t, client) // the handshake needs both workers progressed to its end
-	ep, err := client.Connect(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), l.Addr().Port()).String())
+	runWorker(t, client) // the server's flush needs the client progressed
+	accepted := acceptOne(t, p.server, l)
+	ep, err := client.Connect(waitCtx(t), netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), l.Addr().Port()).String())
 	require.NoError(t, err)
 	defer closeEP(t, ep)
-	sep, err := l.Accept(waitCtx(t))
-	require.NoError(t, err)
+	sep := accepted()
 	defer closeEP(t, sep)
 	require.NoError(t, sep.Flush(waitCtx(t)))
 }
@@ -58,7 +59,7 @@ func TestAddressesChecked(t *testing.T) {
 			assert.Nil(t, l, tc.addr)
 		} else {
 			var ep *ucp.Endpoint
-			ep, err = w.Connect(tc.addr)
+			ep, err = w.Connect(context.Background(), tc.addr)
 			assert.Nil(t, ep, tc.addr)
 		}
 		assert.ErrorIs(t, err, ucs.ErrInvalidAddr, tc.addr)

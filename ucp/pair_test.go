@@ -166,14 +166,26 @@ func (p *pair) build(ctx context.Context, c pairConfig) (err error) {
 			}
 		}
 	case byListener:
-		if p.clientRun == nil { // the handshake needs the client progressed
-			defer progressWhile(p.client)()
+		if p.serverRun == nil { // the wire-up needs the server progressed after its Accept
+			defer progressWhile(p.server)()
 		}
-		if p.ep, err = p.client.Connect(p.listener.Addr().String(), c.epOpts...); err != nil {
+		type accepted struct {
+			ep  *ucp.Endpoint
+			err error
+		}
+		acc := make(chan accepted, 1)
+		go func() { // Connect returns once the server accepted
+			ep, err := p.listener.Accept(ctx, c.epOpts...)
+			acc <- accepted{ep, err}
+		}()
+		p.ep, err = p.client.Connect(ctx, p.listener.Addr().String(), c.epOpts...)
+		a := <-acc
+		p.sep = a.ep
+		if err != nil {
 			return wrap("connect", err)
 		}
-		if p.sep, err = p.listener.Accept(ctx, c.epOpts...); err != nil {
-			return wrap("accept", err)
+		if a.err != nil {
+			return wrap("accept", a.err)
 		}
 	}
 	if c.flush {
@@ -308,6 +320,48 @@ func repeat(f func()) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// acceptOne accepts one connection on l (of worker server) in a
+// goroutine, as a server does while a client's Connect waits for the
+// wire-up, and progresses server until the func it returns, which waits
+// for the accepted endpoint, is called.
+func acceptOne(t testing.TB, server *ucp.Worker, l *ucp.Listener, opts ...ucp.EndpointOption) func() *ucp.Endpoint {
+	stop := progressWhile(server)
+	type accepted struct {
+		ep  *ucp.Endpoint
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ep, err := l.Accept(ctx, opts...)
+		ch <- accepted{ep, err}
+	}()
+	return func() *ucp.Endpoint {
+		a := <-ch
+		stop()
+		require.NoError(t, a.err, "accept")
+		return a.ep
+	}
+}
+
+// connectAsync runs w.Connect to addr in a goroutine, as a client does
+// while the server answers; the func it returns waits for its result.
+func connectAsync(w *ucp.Worker, addr string, opts ...ucp.EndpointOption) func() (*ucp.Endpoint, error) {
+	type connected struct {
+		ep  *ucp.Endpoint
+		err error
+	}
+	ch := make(chan connected, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ep, err := w.Connect(ctx, addr, opts...)
+		ch <- connected{ep, err}
+	}()
+	return func() (*ucp.Endpoint, error) { c := <-ch; return c.ep, c.err }
 }
 
 func closeEP(t testing.TB, ep *ucp.Endpoint) {

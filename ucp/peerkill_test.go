@@ -167,7 +167,7 @@ func runStreamer() int {
 	run, stop := context.WithCancel(context.Background())
 	defer stop()
 	go w.Run(run)
-	ep, err := w.Connect(os.Getenv(streamAddrEnv))
+	ep, err := w.Connect(run, os.Getenv(streamAddrEnv))
 	if err != nil {
 		return fail(err)
 	}

@@ -85,11 +85,11 @@ func (imp *importer) connect(m message) {
 		if err != nil || ap.Addr().Unmap() != c.cfg.Peer.Unmap() || imp.ep != nil {
 			return fmt.Errorf("connect to %q: not the exporter's host %s, or connected already", m.Peer, c.cfg.Peer)
 		}
-		if imp.ep, err = c.w.Connect(ap.String()); err != nil {
-			return err
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		if imp.ep, err = c.w.Connect(ctx, ap.String()); err != nil {
+			return err
+		}
 		req, err := imp.ep.SendAM(ucp.AMID(c.cfg.AMBind), c.cfg.Bind, nil, ucp.AMReply)
 		if err != nil {
 			return err

@@ -205,15 +205,10 @@ func (imp *importer) connectPeer(addr string) (uint64, error) {
 		o.mu.Unlock()
 		fence(allowed...)
 	}
-	ep, err := imp.c.w.Connect(ap.String())
-	if err != nil {
-		unfence()
-		return 0, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ep.Flush(ctx); err != nil {
-		ep.Close(ctx, ucp.CloseForce)
+	ep, err := imp.c.w.Connect(ctx, ap.String())
+	if err != nil {
 		unfence()
 		return 0, err
 	}
