@@ -181,6 +181,9 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 // awaited), with the endpoint closed. It progresses the worker while it
 // waits, so no Run is needed; the server's side must accept meanwhile
 // (Listener.Accept running in another goroutine, or another process).
+// An endpoint whose handshake is still under way when ctx ends is closed
+// as CloseForce closes it: Connect may return up to that grace (1 s) past
+// ctx's end.
 func (w *Worker) Connect(ctx context.Context, addr string, opts ...EndpointOption) (*Endpoint, error) {
 	op := fmt.Sprintf("ucp: connect to %s", addr)
 	ap, err := parseAddrPort(op, addr, false)

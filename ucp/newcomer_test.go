@@ -281,7 +281,11 @@ func TestConnectTimeoutSaysWhatItAwaited(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	live := ucs.LiveHandles()
+	start := time.Now()
 	ep, err := p.client.Connect(short, p.listener.Addr().String())
+	// The doc's bound: ctx, then at most the force close's grace (1 s);
+	// a second more for a loaded machine.
+	assert.Less(t, time.Since(start), 200*time.Millisecond+2*time.Second, "Connect returned long after its ctx ended")
 	require.Nil(t, ep)
 	require.ErrorIs(t, err, ucs.ErrTimedOut)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -528,7 +532,11 @@ func TestCloseListenerWhileClientsConnectOnce(t *testing.T) {
 }
 
 func closeListenerWhileClientsConnect(t *testing.T) {
-	p := newPair(t, listening(), unconnected())
+	// The server runs its worker, as a service does while it shuts down:
+	// the rejections of the requests that come after the close reach the
+	// clients (a Connect that fails in its handshake closes its endpoint
+	// waiting up to CloseForce's grace).
+	p := newPair(t, listening(), unconnected(), runServer())
 	ctx, l := p.ctx, p.listener
 	addr := l.Addr().String()
 
