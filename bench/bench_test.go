@@ -141,6 +141,7 @@ type pair struct {
 	ep     *ucp.Endpoint
 	target *ucp.Mem
 	rkey   *ucp.RemoteKey
+	rr     ucp.RemoteRegion // the target through rkey
 	local  *ucp.Mem
 }
 
@@ -165,6 +166,9 @@ func newPair(b *testing.B, size int) *pair {
 	p := &pair{ctx: ctx, client: client, ep: ep, target: mapped(b, ctx, size), local: mapped(b, ctx, size)}
 	packed, _ := p.target.PackRemoteKey()
 	if p.rkey, err = ep.UnpackRemoteKey(context.Background(), packed); err != nil {
+		b.Fatal(err)
+	}
+	if p.rr, err = p.rkey.Region(p.target.Address(), size); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -201,7 +205,7 @@ func BenchmarkPut8Flush(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		req, err := p.ep.PutMem(p.local, 0, 8, p.target.Address(), p.rkey)
+		req, err := p.rr.PutMem(p.local.Range(0, 8), 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -219,7 +223,7 @@ func BenchmarkGet8(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		req, err := p.ep.GetMem(p.local, 0, 8, p.target.Address(), p.rkey)
+		req, err := p.rr.GetMem(p.local.Range(0, 8), 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -238,9 +242,9 @@ func benchBW(b *testing.B, n int, put bool) {
 		var req ucp.Request
 		var err error
 		if put {
-			req, err = p.ep.PutMem(p.local, 0, n, p.target.Address(), p.rkey)
+			req, err = p.rr.PutMem(p.local.Range(0, n), 0)
 		} else {
-			req, err = p.ep.GetMem(p.local, 0, n, p.target.Address(), p.rkey)
+			req, err = p.rr.GetMem(p.local.Range(0, n), 0)
 		}
 		if err != nil {
 			b.Fatal(err)

@@ -198,7 +198,7 @@ func BenchmarkLocalRegionGet8(b *testing.B) {
 		bg := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			req, err := lr.GetMem(near, 0, 8, 0)
+			req, err := lr.GetMem(near.Range(0, 8), 0)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -216,7 +216,7 @@ func BenchmarkLocalRegionPut8Flush(b *testing.B) {
 		bg := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			req, err := lr.PutMem(near, 0, 8, 0)
+			req, err := lr.PutMem(near.Range(0, 8), 0)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -240,9 +240,9 @@ func benchLocalBW(b *testing.B, n int, put bool) {
 			var req ucp.Request
 			var err error
 			if put {
-				req, err = lr.PutMem(near, 0, n, 0)
+				req, err = lr.PutMem(near.Range(0, n), 0)
 			} else {
-				req, err = lr.GetMem(near, 0, n, 0)
+				req, err = lr.GetMem(near.Range(0, n), 0)
 			}
 			if err != nil {
 				b.Fatal(err)

@@ -89,7 +89,7 @@ func runPeer(tls string, in io.Reader, out io.Writer) error {
 	var sendErr error
 	err = w.SetAMHandler(amID, func(m *ucp.AMMessage) {
 		n := copy(echoBuf, m.Data)
-		req, err := ep.SendAMMem(amID, nil, echo, 0, n, 0)
+		req, err := ep.SendAMMem(amID, nil, echo.Range(0, n), 0)
 		if err != nil {
 			sendErr = err
 			return
@@ -157,6 +157,7 @@ type remote struct {
 	w     *ucp.Worker
 	ep    *ucp.Endpoint
 	rkey  *ucp.RemoteKey
+	rr    ucp.RemoteRegion // 8 bytes of the peer's target through rkey
 	raddr uint64
 	local *ucp.Mem
 	got   int // echoes received (the handler runs on the goroutine that waits)
@@ -207,6 +208,9 @@ func newRemote(b *testing.B, tls string) *remote {
 	if r.rkey, err = r.ep.UnpackRemoteKey(context.Background(), prkey); err != nil {
 		b.Fatal(err)
 	}
+	if r.rr, err = r.rkey.Region(raddr, 8); err != nil {
+		b.Fatal(err)
+	}
 	addr, err := w.PackAddress()
 	if err != nil {
 		b.Fatal(err)
@@ -229,7 +233,7 @@ func newRemote(b *testing.B, tls string) *remote {
 // pingPong sends 8 bytes and waits for the peer's echo.
 func (r *remote) pingPong(b *testing.B, ctx context.Context) {
 	want := r.got + 1
-	req, err := r.ep.SendAMMem(amID, nil, r.local, 0, 8, 0)
+	req, err := r.ep.SendAMMem(amID, nil, r.local.Range(0, 8), 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -244,7 +248,7 @@ func (r *remote) pingPong(b *testing.B, ctx context.Context) {
 }
 
 func (r *remote) put8Flush(b *testing.B, ctx context.Context) {
-	req, err := r.ep.PutMem(r.local, 0, 8, r.raddr, r.rkey)
+	req, err := r.rr.PutMem(r.local.Range(0, 8), 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -257,7 +261,7 @@ func (r *remote) put8Flush(b *testing.B, ctx context.Context) {
 }
 
 func (r *remote) get8(b *testing.B, ctx context.Context) {
-	req, err := r.ep.GetMem(r.local, 0, 8, r.raddr, r.rkey)
+	req, err := r.rr.GetMem(r.local.Range(0, 8), 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -196,7 +196,11 @@ func (h *hostile) anyKey() *ucp.RemoteKey {
 // key it holds: UCX's software RMA checks neither.
 func (h *hostile) get(raddr uint64, n int, key *ucp.RemoteKey) ([]byte, error) {
 	b := make([]byte, n)
-	req, err := h.ep.Get(b, raddr, key)
+	r, err := key.Region(raddr, n) // an unbounded key: any address
+	if err != nil {
+		return nil, err
+	}
+	req, err := r.Get(b, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +210,11 @@ func (h *hostile) get(raddr uint64, n int, key *ucp.RemoteKey) ([]byte, error) {
 }
 
 func (h *hostile) put(b []byte, raddr uint64, key *ucp.RemoteKey) error {
-	req, err := h.ep.Put(b, raddr, key)
+	r, err := key.Region(raddr, len(b))
+	if err != nil {
+		return err
+	}
+	req, err := r.Put(b, 0)
 	if err != nil {
 		return err
 	}

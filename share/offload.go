@@ -17,21 +17,38 @@ import (
 // bytes go from the host's memory to the wire (and back) without a copy.
 // The calls are the same in both modes; one runs at a time per session.
 
-// CopyTo copies n bytes of the region at off to dst at dstOff (a region of
-// a third peer) and returns once they are in dst's memory.
-func (r *Region) CopyTo(ctx context.Context, dst *PeerRegion, dstOff, off, n int) error {
+// PeerRange is n bytes of a third peer's region at off: the far side of
+// Region.CopyTo and CopyFrom. Make one with PeerRegion.Range; it is a
+// value, checked (the region open, off and n within it) by the call that
+// uses it. A typed range keeps the peer's range and the region's offset
+// apart: the compiler refuses one passed for the other.
+type PeerRange struct {
+	r      *PeerRegion
+	off, n int
+}
+
+// Range is the n bytes of r at off (see PeerRange).
+func (r *PeerRegion) Range(off, n int) PeerRange { return PeerRange{r, off, n} }
+
+// Len is the range's length.
+func (pr PeerRange) Len() int { return pr.n }
+
+// CopyTo copies dst.Len() bytes of the region at off into the peer's range
+// dst, and returns once they are in the peer's memory.
+func (r *Region) CopyTo(ctx context.Context, dst PeerRange, off int) error {
 	const op = "share: copy to peer"
-	return r.copyPeer(ctx, op, dst, dstOff, off, n, false)
+	return r.copyPeer(ctx, op, dst, off, false)
 }
 
-// CopyFrom copies n bytes of src at srcOff (a region of a third peer) into
-// the region at off and returns once they are in the exporter's memory.
-func (r *Region) CopyFrom(ctx context.Context, src *PeerRegion, srcOff, off, n int) error {
+// CopyFrom copies the peer's range src into the region at off, and returns
+// once the bytes are in the exporter's memory.
+func (r *Region) CopyFrom(ctx context.Context, src PeerRange, off int) error {
 	const op = "share: copy from peer"
-	return r.copyPeer(ctx, op, src, srcOff, off, n, true)
+	return r.copyPeer(ctx, op, src, off, true)
 }
 
-func (r *Region) copyPeer(ctx context.Context, op string, pr *PeerRegion, prOff, off, n int, write bool) error {
+func (r *Region) copyPeer(ctx context.Context, op string, rng PeerRange, off int, write bool) error {
+	pr, prOff, n := rng.r, rng.off, rng.n
 	if err := r.span(op, int64(off), n); err != nil {
 		return err
 	}
@@ -61,9 +78,9 @@ func (r *Region) copyPeer(ctx context.Context, op string, pr *PeerRegion, prOff,
 		defer release()
 		_, err = pipeline(imp, ctx, n, imp.o.chunk, imp.o.depth, func(a, b int) (ucp.Request, error) {
 			if write {
-				return pr.rr.GetMem(g.mem, off+a, b-a, prOff+a)
+				return pr.rr.GetMem(g.mem.Range(off+a, b-a), prOff+a)
 			}
-			return pr.rr.PutMem(g.mem, off+a, b-a, prOff+a)
+			return pr.rr.PutMem(g.mem.Range(off+a, b-a), prOff+a)
 		})
 		if err == nil {
 			if write {
@@ -115,7 +132,7 @@ func wrapOff(op string, err error) error {
 // SendAM sends n bytes of the region at off to peer as one active message
 // id with header (rendezvous, as UCX's DPU daemon sends a host's buffer)
 // and returns once it is sent. In rkey mode n is at most WithStaging.
-func (r *Region) SendAM(ctx context.Context, peer *Peer, id ucp.AMID, header []byte, off, n int) error {
+func (r *Region) SendAM(ctx context.Context, peer *Peer, id AMID, header []byte, off, n int) error {
 	const op = "share: send active message"
 	if err := r.span(op, int64(off), n); err != nil {
 		return err
@@ -139,7 +156,7 @@ func (r *Region) SendAM(ctx context.Context, peer *Peer, id ucp.AMID, header []b
 	if g.dp {
 		err = offloaded(imp, ctx, imp.dp.SendAM(g.g.Gen, off, n, peer.id, uint16(id), header), release)
 	} else {
-		err = r.wait(ctx, func() (ucp.Request, error) { return peer.ep.SendAMMem(id, header, g.mem, off, n, ucp.AMRndv) })
+		err = r.wait(ctx, func() (ucp.Request, error) { return peer.ep.SendAMMem(id, header, g.mem.Range(off, n), ucp.AMRndv) })
 		release()
 	}
 	err = r.revokedDuring(op, wrapOff(op, err))
@@ -182,7 +199,7 @@ func (r *Region) ReceiveAM(ctx context.Context, m *AMMessage, off int) (int, err
 	if g.dp {
 		err = offloaded(imp, ctx, imp.dp.ReceiveAM(g.g.Gen, off, n, m.id), release)
 	} else {
-		err = r.wait(ctx, func() (ucp.Request, error) { return m.m.ReceiveIntoMem(g.mem, off) })
+		err = r.wait(ctx, func() (ucp.Request, error) { return m.m.ReceiveIntoMem(g.mem.Range(off, n)) })
 		if err != nil {
 			m.m.Drop()
 		}

@@ -75,7 +75,7 @@ func TestOffloadThreeProcesses(t *testing.T) {
 
 	// CopyTo: all of the host's region into the peer's memory.
 	start := time.Now()
-	require.NoError(t, hr.CopyTo(ctx, pr, 0, 0, size))
+	require.NoError(t, hr.CopyTo(ctx, pr.Range(0, size), 0))
 	t.Logf("CopyTo %d bytes: %v", size, time.Since(start).Round(time.Microsecond))
 	assert.Equal(t, "ok", peerCheck(11, 0, size), "the peer's memory after CopyTo")
 
@@ -84,7 +84,7 @@ func TestOffloadThreeProcesses(t *testing.T) {
 	require.Equal(t, "", ask(t, peer, "fill 31", "FILLED"))
 	const srcOff, off, n = 1000, 3001, 700001
 	start = time.Now()
-	require.NoError(t, hr.CopyFrom(ctx, pr, srcOff, off, n))
+	require.NoError(t, hr.CopyFrom(ctx, pr.Range(srcOff, n), off))
 	t.Logf("CopyFrom %d bytes: %v", n, time.Since(start).Round(time.Microsecond))
 	assert.Equal(t, "ok", hostCheck(shifted(31, srcOff), off, n), "the host's region after CopyFrom")
 	assert.Equal(t, "ok", hostCheck(11, 0, off), "the host's bytes before the range")
@@ -161,13 +161,13 @@ func TestOffloadNewcomerMisuse(t *testing.T) {
 	other := dial(t, addr)
 	r2, err := other.Region("a")
 	require.NoError(t, err)
-	err = r2.CopyTo(ctx, pr, 0, 0, 8)
+	err = r2.CopyTo(ctx, pr.Range(0, 8), 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 	assert.Contains(t, err.Error(), "not of this region's importer")
 	r, err := imp.Region("a")
 	require.NoError(t, err)
-	require.ErrorIs(t, r.CopyTo(ctx, pr, pr.Len()-4, 0, 8), ucs.ErrOutOfRange, "past the peer's region")
-	require.NoError(t, r.CopyTo(ctx, pr, 0, 0, 4096))
+	require.ErrorIs(t, r.CopyTo(ctx, pr.Range(pr.Len()-4, 8), 0), ucs.ErrOutOfRange, "past the peer's region")
+	require.NoError(t, r.CopyTo(ctx, pr.Range(0, 4096), 0))
 	assert.Equal(t, "ok", ask(t, peer, "check 3 0 4096", "CHECK"))
 
 	waiting := make(chan error, 1)

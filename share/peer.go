@@ -208,6 +208,11 @@ func (r *PeerRegion) usable(op string, off, n int) error {
 	return r.peer.usable(op)
 }
 
+// AMID names an active message's handler: the id a third peer sends with
+// and an AMQueue takes (UCX's, as ucp.AMID; an alias, so share's users need
+// not import ucp).
+type AMID = ucp.AMID
+
 // AMQueue takes the active messages of one id that third peers send the
 // session (in rkey mode, its data path), for Region.ReceiveAM. Open it
 // before the peer sends (ConnectPeer after OpenAMQueue, for a peer that
@@ -262,7 +267,7 @@ func (m *AMMessage) Drop() {
 const amQueueDepth = 64
 
 // OpenAMQueue takes the active messages of id from any third peer.
-func (imp *Importer) OpenAMQueue(id ucp.AMID) (*AMQueue, error) {
+func (imp *Importer) OpenAMQueue(id AMID) (*AMQueue, error) {
 	const op = "share: open active-message queue"
 	if err := imp.open(op); err != nil {
 		return nil, err

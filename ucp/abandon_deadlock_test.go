@@ -40,7 +40,7 @@ func TestAbandonedRequestReleasingLastKeyReferenceDoesNotDeadlock(t *testing.T) 
 	rkey, err := ep.UnpackRemoteKey(context.Background(), packed)
 	require.NoError(t, err)
 
-	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)
+	req, err := getAt(make([]byte, 8), target.Address(), rkey)
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

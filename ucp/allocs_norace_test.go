@@ -22,12 +22,12 @@ func TestDataPathAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	ops := map[string]func(){
 		"get": func() {
-			req, err := s.ep.GetMem(local, 0, 8, s.target.Address(), s.rkey)
+			req, err := getMemAt(local.Range(0, 8), s.target.Address(), s.rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(ctx))
 		},
 		"put and flush": func() {
-			req, err := s.ep.PutMem(local, 0, 8, s.target.Address(), s.rkey)
+			req, err := putMemAt(local.Range(0, 8), s.target.Address(), s.rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(ctx))
 			require.NoError(t, s.ep.Flush(ctx))

@@ -170,32 +170,33 @@ func (m *AMMessage) ReceiveInto(buf []byte) (Request, error) {
 	return m.receive(op, p, cgo.MemHandle{}, pin, nil)
 }
 
-// ReceiveIntoMem receives the payload into mapped memory at off.
-func (m *AMMessage) ReceiveIntoMem(mem *Mem, off int) (Request, error) {
+// ReceiveIntoMem receives the payload into the range dst (dst.Len() >=
+// Len()), as ReceiveInto does into a slice.
+func (m *AMMessage) ReceiveIntoMem(dst MemRange) (Request, error) {
 	const op = "ucp: receive active-message data"
 	if m == nil {
 		return Request{}, errNilMessage(op)
 	}
-	// Entered once: the copy or the transfer happens before Close unmaps.
-	if err := mem.enter(op); err != nil {
-		return Request{}, err
+	if dst.n < m.Len() {
+		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "the range is %d bytes, message %d", dst.n, m.Len())
 	}
-	defer mem.res.Exit()
-	b, err := mem.bytes(op)
+	// Entered once: the copy or the transfer happens before Close unmaps.
+	p, err := dst.enter(op)
 	if err != nil {
 		return Request{}, err
 	}
-	if off < 0 || off+m.Len() > len(b) {
-		return Request{}, errs.New(op, ucs.ErrOutOfRange, "%d bytes at offset %d do not fit a %d-byte mapping", m.Len(), off, len(b))
+	defer dst.m.res.Exit()
+	if _, err := dst.m.bytes(op); err != nil {
+		return Request{}, err
 	}
 	if !m.rndv {
-		copy(b[off:], m.Data)
+		copy(unsafe.Slice((*byte)(p), dst.n), m.Data)
 		return completedRequest(op, ucs.OK, uint64(len(m.Data))), nil
 	}
 	if !m.consumed.CompareAndSwap(false, true) {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "data already received or dropped")
 	}
-	return m.receive(op, unsafe.Add(mem.addr, off), mem.res.State.h, nil, &mem.res)
+	return m.receive(op, p, dst.m.res.State.h, nil, &dst.m.res)
 }
 
 func errNilMessage(op string) error { return errs.New(op, ucs.ErrInvalidParam, "nil message") }

@@ -177,18 +177,18 @@ func TestTwoProcessesRMAAndAM(t *testing.T) {
 	want := pattern(childMemSize, 9)
 	for _, n := range []int{8, 4 << 10, 1 << 20, 16 << 20} {
 		got := make([]byte, n)
-		req, err := cl.ep.Get(got, cl.raddr, cl.rkey)
+		req, err := getAt(got, cl.raddr, cl.rkey)
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
 		require.Equal(t, want[:n], got, "get of %d bytes from the child", n)
 
 		src := pattern(n, 5)
-		req, err = cl.ep.Put(src, cl.raddr, cl.rkey)
+		req, err = putAt(src, cl.raddr, cl.rkey)
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
 		require.NoError(t, cl.ep.Flush(waitCtx(t)))
 		back := make([]byte, n)
-		req, err = cl.ep.Get(back, cl.raddr, cl.rkey)
+		req, err = getAt(back, cl.raddr, cl.rkey)
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
 		require.Equal(t, src, back, "put then get of %d bytes", n)
@@ -231,9 +231,9 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 		var err error
 		switch i % 3 {
 		case 0:
-			req, err = cl.ep.Get(make([]byte, 64<<10), cl.raddr, cl.rkey)
+			req, err = getAt(make([]byte, 64<<10), cl.raddr, cl.rkey)
 		case 1:
-			req, err = cl.ep.Put(buf, cl.raddr, cl.rkey)
+			req, err = putAt(buf, cl.raddr, cl.rkey)
 		default:
 			req, err = cl.ep.SendAM(amEcho, nil, buf[:4096], 0)
 		}
@@ -263,6 +263,6 @@ func TestPeerKilledEndsOperations(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("endpoint failure not reported")
 	}
-	_, err := cl.ep.Get(make([]byte, 8), cl.raddr, cl.rkey)
+	_, err := getAt(make([]byte, 8), cl.raddr, cl.rkey)
 	require.Error(t, err, "operations after the failure are refused")
 }

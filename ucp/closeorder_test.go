@@ -620,7 +620,7 @@ func closeOrderCase(tr closeOrderTransport, idx int, order [6]int) (fails, times
 	gets := [][]byte{make([]byte, 8), make([]byte, 8)}
 	var reqs []ucp.Request
 	for i, b := range puts {
-		req, err := ep.Put(b, base+uint64(64*i), rkey)
+		req, err := putAt(b, base+uint64(64*i), rkey)
 		if err != nil {
 			fail("Put %d: %v", i, err)
 			continue
@@ -628,7 +628,7 @@ func closeOrderCase(tr closeOrderTransport, idx int, order [6]int) (fails, times
 		reqs = append(reqs, req)
 	}
 	for i, b := range gets {
-		req, err := ep.Get(b, base+uint64(256+8*i), rkey)
+		req, err := getAt(b, base+uint64(256+8*i), rkey)
 		if err != nil {
 			fail("Get %d: %v", i, err)
 			continue

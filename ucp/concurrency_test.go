@@ -201,7 +201,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 				poll := (g+i)%3 == 0
 				// Put from a slice, read it back into a slice.
 				src := pattern(n, byte(g+i))
-				req, err := l.ep.Put(src, raddr, l.rkey)
+				req, err := putAt(src, raddr, l.rkey)
 				if err != nil {
 					return err
 				}
@@ -209,7 +209,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 					return fmt.Errorf("put: %w", err)
 				}
 				dst := make([]byte, n)
-				if req, err = l.ep.Get(dst, raddr, l.rkey); err != nil {
+				if req, err = getAt(dst, raddr, l.rkey); err != nil {
 					return err
 				}
 				if err := complete(req, !poll); err != nil {
@@ -221,7 +221,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 				// Put from mapped memory at the second half of the slot, then
 				// flush the endpoint (or, sometimes, the whole worker).
 				copy(mine[slot/2:], pattern(n, byte(g^i)))
-				if req, err = l.ep.PutMem(local, g*slot+slot/2, n, raddr+slot/2, l.rkey); err != nil {
+				if req, err = putMemAt(local.Range(g*slot+slot/2, n), raddr+slot/2, l.rkey); err != nil {
 					return err
 				}
 				if err := complete(req, poll); err != nil {
@@ -236,7 +236,7 @@ func concurrentMixedOps(t *testing.T, tls string, peerErr bool, ops int) {
 					return fmt.Errorf("flush: %w", err)
 				}
 				clear(mine[:n])
-				if req, err = l.ep.GetMem(local, g*slot, n, raddr+slot/2, l.rkey); err != nil {
+				if req, err = getMemAt(local.Range(g*slot, n), raddr+slot/2, l.rkey); err != nil {
 					return err
 				}
 				if err := complete(req, !poll); err != nil {

@@ -60,7 +60,7 @@ func (s *addressSetup) try(t *testing.T, raw []byte) (taken bool, err error) {
 	defer cancel()
 	if ep.Flush(ctx) == nil {
 		if rkey, err := ep.UnpackRemoteKey(ctx, s.key); err == nil {
-			if req, err := ep.Put(make([]byte, 8), s.base, rkey); err == nil {
+			if req, err := putAt(make([]byte, 8), s.base, rkey); err == nil {
 				req.Detach()
 			}
 			ep.Flush(ctx)

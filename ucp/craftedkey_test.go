@@ -132,7 +132,7 @@ func unpackCraftedKeys(t *testing.T, ctx *ucp.Context, ep *ucp.Endpoint) {
 		unpacked++
 		buf := make([]byte, 8)
 		gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		req, err := ep.Get(buf, mem.Address(), rk)
+		req, err := getAt(buf, mem.Address(), rk)
 		if err == nil {
 			_ = req.Wait(gctx)
 		}

@@ -31,7 +31,7 @@ func TestDetachWakesWaitOnCopy(t *testing.T) {
 
 func detachWakesWaiters(t *testing.T, waiters int) {
 	s := newStalled(t)
-	req, err := s.ep.Get(make([]byte, 8), s.target.Address(), s.rkey)
+	req, err := getAt(make([]byte, 8), s.target.Address(), s.rkey)
 	require.NoError(t, err)
 
 	waited := make(chan error, waiters)

@@ -19,7 +19,10 @@
 // ConnectWorker or Listener.Accept may be used at once: UnpackRegion waits
 // (within its ctx) for the endpoint's wire-up first. A RemoteRegion checks
 // offsets against its length before anything reaches UCX, and is an
-// io.ReaderAt and io.WriterAt. (Mem.PackRemoteKey and
+// io.ReaderAt and io.WriterAt. It is the one RMA surface: Put and Get
+// move a slice, PutMem and GetMem a MemRange of a local mapping
+// (mem.Range(off, n)), always to or from an offset of the region, so the
+// local range and the remote offset cannot be swapped. (Mem.PackRemoteKey and
 // Endpoint.UnpackRemoteKey move UCX's bare key, which has no length: its
 // regions' bounds are then the caller's word, see RemoteKey.Region.)
 //

@@ -118,7 +118,7 @@ func ExampleWithSpin() {
 	defer rkey.Close()
 
 	buf := make([]byte, 5)
-	req, err := ep.Get(buf, mem.Address(), rkey)
+	req, err := getAt(buf, mem.Address(), rkey)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -362,13 +362,13 @@ func lcSetup(e *lcEnv) (err error) {
 		n, raddr := p.rmaSize, e.smem.Address()
 		switch {
 		case p.rma == "getmem" && e.cmem != nil:
-			req, err = e.cep.GetMem(e.cmem, 0, n, raddr, e.rkey)
+			req, err = getMemAt(e.cmem.Range(0, n), raddr, e.rkey)
 		case p.rma == "putmem" && e.cmem != nil:
-			req, err = e.cep.PutMem(e.cmem, 0, n, raddr, e.rkey)
+			req, err = putMemAt(e.cmem.Range(0, n), raddr, e.rkey)
 		case p.rma == "get" || p.rma == "getmem":
-			req, err = e.cep.Get(make([]byte, n), raddr, e.rkey)
+			req, err = getAt(make([]byte, n), raddr, e.rkey)
 		default:
-			req, err = e.cep.Put(pattern(n, 1), raddr, e.rkey)
+			req, err = putAt(pattern(n, 1), raddr, e.rkey)
 		}
 		if err != nil {
 			return wrap("start rma", err)
@@ -557,8 +557,8 @@ func (e *lcEnv) check(t *testing.T, at string) {
 			isClosed(k.what, err, "UnpackRemoteKey")
 			_, err = k.ep.SendAM(lcAM, nil, []byte{1}, 0)
 			isClosed(k.what, err, "SendAM")
-			if !e.closed["rkey"] { // with a closed key the key answers first
-				_, err = k.ep.Get(make([]byte, 8), e.smem.Address(), e.rkey)
+			if k.what == "cep" && !e.closed["rkey"] { // the key's endpoint; with a closed key the key answers first
+				_, err = getAt(make([]byte, 8), e.smem.Address(), e.rkey)
 				isClosed(k.what, err, "Get")
 			}
 		} else if !e.closed["smem"] { // a key of unmapped memory: UCX logs errors
@@ -586,7 +586,7 @@ func (e *lcEnv) check(t *testing.T, at string) {
 			isClosed(k.what, err, "PackRemoteKey")
 			_, err = k.m.Export()
 			isClosed(k.what, err, "Export")
-			_, err = e.cep.GetMem(k.m, 0, 8, e.smem.Address(), e.rkey) // the mapping is checked first
+			_, err = getMemAt(k.m.Range(0, 8), e.smem.Address(), e.rkey) // the mapping is checked first
 			isClosed(k.what, err, "GetMem")
 		} else {
 			_, err = k.m.Bytes()
@@ -596,13 +596,9 @@ func (e *lcEnv) check(t *testing.T, at string) {
 		}
 	}
 
-	if e.closed["rkey"] {
-		for _, ep := range []*ucp.Endpoint{e.cep, e.sep} {
-			if ep != nil {
-				_, err = ep.Put([]byte{1}, e.smem.Address(), e.rkey) // the key is checked first
-				isClosed("rkey", err, "Put")
-			}
-		}
+	if e.closed["rkey"] && e.rkey != nil {
+		_, err = putAt([]byte{1}, e.smem.Address(), e.rkey) // the key is checked first
+		isClosed("rkey", err, "Put")
 	}
 }
 

@@ -183,7 +183,7 @@ func TestLocalRegionsConcurrent(t *testing.T) {
 				}
 				want := pattern(slot, byte(g*rounds+r))
 				copy(near, want)
-				req, err := lr.PutMem(nearMem, 0, slot, 0)
+				req, err := lr.PutMem(nearMem.Range(0, slot), 0)
 				if assert.NoError(t, err) {
 					assert.NoError(t, req.Wait(waitCtx(t)))
 				}
@@ -191,7 +191,7 @@ func TestLocalRegionsConcurrent(t *testing.T) {
 				_, err = sl.WriteAt(want, int64(g*slot))
 				assert.NoError(t, err)
 				clear(near)
-				req, err = sl.GetMem(nearMem, 0, slot, g*slot)
+				req, err = sl.GetMem(nearMem.Range(0, slot), g*slot)
 				if assert.NoError(t, err) {
 					assert.NoError(t, req.Wait(waitCtx(t)))
 				}

@@ -126,13 +126,13 @@ func TestConcurrentUseOfWorkerAndEndpoint(t *testing.T) {
 			off := uint64(g * 4096)
 			for i := range ops {
 				src := []byte(fmt.Sprintf("%02d:%05d", g, i))
-				req, err := p.ep.Put(src, target.Address()+off, rkey)
+				req, err := putAt(src, target.Address()+off, rkey)
 				if err == nil {
 					err = req.Wait(context.Background())
 				}
 				if err == nil {
 					dst := make([]byte, len(src))
-					req, err = p.ep.Get(dst, target.Address()+off, rkey)
+					req, err = getAt(dst, target.Address()+off, rkey)
 					if err == nil {
 						err = req.Wait(context.Background())
 					}

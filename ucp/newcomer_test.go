@@ -38,11 +38,11 @@ func unpackRightAfterConnect(t *testing.T) {
 	runWorker(t, p.server)
 	target, rkey := p.mapTarget(t, 4096)
 	want := bytes.Repeat([]byte{0x5a}, 64)
-	req, err := p.ep.Put(want, target.Address(), rkey)
+	req, err := putAt(want, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	got := make([]byte, len(want))
-	req, err = p.ep.Get(got, target.Address(), rkey)
+	req, err = getAt(got, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	assert.Equal(t, want, got)
@@ -71,7 +71,7 @@ func closeInNaturalOrder(t *testing.T, peerErr bool) {
 	ctx, server, client, listener, ep, sep := p.ctx, p.server, p.client, p.listener, p.ep, p.sep
 	runWorker(t, server)
 	target, rkey := p.mapTarget(t, 1<<16)
-	req, err := ep.Put(bytes.Repeat([]byte{1}, 1<<16), target.Address(), rkey)
+	req, err := putAt(bytes.Repeat([]byte{1}, 1<<16), target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 
@@ -322,7 +322,7 @@ func TestCloseFlushWithSilentPeerSaysWhy(t *testing.T) {
 	p := newPair(t, onTLS("tcp")) // the server is not progressed until the end
 	ep := p.ep
 	target, rkey := p.mapTarget(t, 4096)
-	req, err := ep.Get(make([]byte, 8), target.Address(), rkey)
+	req, err := getAt(make([]byte, 8), target.Address(), rkey)
 	require.NoError(t, err)
 
 	cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -446,7 +446,7 @@ func forceCloseRightAfterPuts(t *testing.T, wait bool) {
 	target, rkey := p.mapTarget(t, 4096)
 	var reqs []ucp.Request
 	for range 4 {
-		req, err := p.ep.Put(make([]byte, 2000), target.Address(), rkey)
+		req, err := putAt(make([]byte, 2000), target.Address(), rkey)
 		require.NoError(t, err)
 		if wait {
 			require.NoError(t, req.Wait(waitCtx(t)))
@@ -501,7 +501,7 @@ func forceCloseGetToStalledPeer(t *testing.T, tls string, peerErr bool, n int) {
 	}
 
 	got := make([]byte, n)
-	req, err := ep.Get(got, target.Address(), rkey)
+	req, err := getAt(got, target.Address(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, ep.Close(waitCtx(t), ucp.CloseForce))
 	runWorker(t, p.server) // the stalled peer wakes up and answers

@@ -410,29 +410,64 @@ func TestPutGetRoundTrip(t *testing.T) {
 		for _, n := range []int{8, 4 << 10, 1 << 20, 16 << 20} {
 			// From mapped memory.
 			copy(lb, pattern(n, 1))
-			req, err := p.ep.PutMem(local, 0, n, target.Address(), rkey)
+			req, err := putMemAt(local.Range(0, n), target.Address(), rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(waitCtx(t)))
 			require.NoError(t, p.ep.Flush(waitCtx(t)))
 			require.True(t, bytes.Equal(pattern(n, 1), tb[:n]), "put of %d bytes from mapped memory", n)
 			clear(lb[:n])
-			req, err = p.ep.GetMem(local, 0, n, target.Address(), rkey)
+			req, err = getMemAt(local.Range(0, n), target.Address(), rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(waitCtx(t)))
 			require.True(t, bytes.Equal(pattern(n, 1), lb[:n]), "get of %d bytes into mapped memory", n)
 
 			// From Go slices.
 			src := pattern(n, 2)
-			req, err = p.ep.Put(src, target.Address(), rkey)
+			req, err = putAt(src, target.Address(), rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(waitCtx(t)))
 			require.NoError(t, p.ep.Flush(waitCtx(t)))
 			require.True(t, bytes.Equal(src, tb[:n]), "put of %d bytes from a slice", n)
 			dst := make([]byte, n)
-			req, err = p.ep.Get(dst, target.Address(), rkey)
+			req, err = getAt(dst, target.Address(), rkey)
 			require.NoError(t, err)
 			require.NoError(t, req.Wait(waitCtx(t)))
 			require.True(t, bytes.Equal(src, dst), "get of %d bytes into a slice", n)
 		}
 	})
+}
+
+// getAt, putAt, getMemAt and putMemAt are RMA at a raw address through rk,
+// as a peer that names addresses does: a region of the key (RemoteKey.Region,
+// the low layer under UnpackRegion) with the operation at its start.
+func getAt(b []byte, addr uint64, rk *ucp.RemoteKey) (ucp.Request, error) {
+	r, err := rk.Region(addr, len(b))
+	if err != nil {
+		return ucp.Request{}, err
+	}
+	return r.Get(b, 0)
+}
+
+func putAt(b []byte, addr uint64, rk *ucp.RemoteKey) (ucp.Request, error) {
+	r, err := rk.Region(addr, len(b))
+	if err != nil {
+		return ucp.Request{}, err
+	}
+	return r.Put(b, 0)
+}
+
+func getMemAt(dst ucp.MemRange, addr uint64, rk *ucp.RemoteKey) (ucp.Request, error) {
+	r, err := rk.Region(addr, dst.Len())
+	if err != nil {
+		return ucp.Request{}, err
+	}
+	return r.GetMem(dst, 0)
+}
+
+func putMemAt(src ucp.MemRange, addr uint64, rk *ucp.RemoteKey) (ucp.Request, error) {
+	r, err := rk.Region(addr, src.Len())
+	if err != nil {
+		return ucp.Request{}, err
+	}
+	return r.PutMem(src, 0)
 }

@@ -101,9 +101,9 @@ func stream(s *streamSide, kind string, timeout time.Duration, stop <-chan struc
 		var err error
 		switch kind {
 		case "put":
-			req, err = s.ep.Put(src, s.raddr+off, s.rkey)
+			req, err = putAt(src, s.raddr+off, s.rkey)
 		case "get":
-			req, err = s.ep.Get(bufs[i%streamWindow], s.raddr+off, s.rkey)
+			req, err = getAt(bufs[i%streamWindow], s.raddr+off, s.rkey)
 		default:
 			n := 1 << 10
 			if i%4 == 3 {
@@ -331,7 +331,7 @@ func TestPeerKilledWhileStreamingBothWays(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("endpoint failure not reported")
 	}
-	_, err := s.ep.Put([]byte{1}, s.raddr, s.rkey)
+	_, err := putAt([]byte{1}, s.raddr, s.rkey)
 	require.Error(t, err, "operations after the failure are refused")
 	t.Logf("%d operations of this side completed, %d messages received from the child before it died", done.Load(), srv.received.Load())
 
@@ -340,17 +340,17 @@ func TestPeerKilledWhileStreamingBothWays(t *testing.T) {
 	s2 := srv.accept(t)
 	next.WaitLine(t, "SERVING", 60*time.Second)
 	got := make([]byte, 1<<20)
-	req, err := s2.ep.Get(got, s2.raddr, s2.rkey)
+	req, err := getAt(got, s2.raddr, s2.rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	require.True(t, bytes.Equal(pattern(len(got), 9), got), "get from the new child")
 	src := pattern(1<<20, 3)
-	req, err = s2.ep.Put(src, s2.raddr, s2.rkey)
+	req, err = putAt(src, s2.raddr, s2.rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	require.NoError(t, s2.ep.Flush(waitCtx(t)))
 	clear(got)
-	req, err = s2.ep.Get(got, s2.raddr, s2.rkey)
+	req, err = getAt(got, s2.raddr, s2.rkey)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	require.True(t, bytes.Equal(src, got), "put then get on the new child")

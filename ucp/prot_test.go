@@ -200,7 +200,7 @@ func protOps(ep *ucp.Endpoint, line string, out io.Writer) int {
 	}
 	roAddr, roKey, err := rkey(f[2], f[3])
 	if err == nil {
-		err = wait(ep.Put(bytes.Repeat([]byte{protPutByte}, protSize), roAddr, roKey))
+		err = wait(putAt(bytes.Repeat([]byte{protPutByte}, protSize), roAddr, roKey))
 	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -215,7 +215,7 @@ func protOps(ep *ucp.Endpoint, line string, out io.Writer) int {
 	got := make([]byte, protSize)
 	woAddr, woKey, err := rkey(f[4], f[5])
 	if err == nil {
-		err = wait(ep.Get(got, woAddr, woKey))
+		err = wait(getAt(got, woAddr, woKey))
 	}
 	switch {
 	case err != nil:

@@ -200,20 +200,20 @@ func (r RemoteRegion) Get(b []byte, off int) (Request, error) {
 	return r.key.ep.rmaBytes("ucp: get", false, b, r.base+uint64(off), r.key)
 }
 
-// PutMem writes n bytes of src at srcOff to off in the region.
-func (r RemoteRegion) PutMem(src *Mem, srcOff, n, off int) (Request, error) {
-	if err := r.check("ucp: put", off, n); err != nil {
+// PutMem writes the range src to off in the region.
+func (r RemoteRegion) PutMem(src MemRange, off int) (Request, error) {
+	if err := r.check("ucp: put", off, src.n); err != nil {
 		return Request{}, err
 	}
-	return r.key.ep.rmaMem("ucp: put", true, src, srcOff, n, r.base+uint64(off), r.key)
+	return r.key.ep.rmaMem("ucp: put", true, src, r.base+uint64(off), r.key)
 }
 
-// GetMem reads n bytes at off in the region into dst at dstOff.
-func (r RemoteRegion) GetMem(dst *Mem, dstOff, n, off int) (Request, error) {
-	if err := r.check("ucp: get", off, n); err != nil {
+// GetMem reads dst.Len() bytes at off in the region into the range dst.
+func (r RemoteRegion) GetMem(dst MemRange, off int) (Request, error) {
+	if err := r.check("ucp: get", off, dst.n); err != nil {
 		return Request{}, err
 	}
-	return r.key.ep.rmaMem("ucp: get", false, dst, dstOff, n, r.base+uint64(off), r.key)
+	return r.key.ep.rmaMem("ucp: get", false, dst, r.base+uint64(off), r.key)
 }
 
 // ReadAt reads len(p) bytes at off (io.ReaderAt): fewer, with io.EOF, where

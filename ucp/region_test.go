@@ -147,7 +147,7 @@ func TestLocalRegion(t *testing.T) {
 	defer func() { require.NoError(t, lr.Close(context.Background())) }()
 
 	copy(near, "from local memory")
-	req, err := lr.PutMem(nearMem, 0, 17, 2000)
+	req, err := lr.PutMem(nearMem.Range(0, 17), 2000)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	farBytes, err := far.Bytes()
@@ -155,7 +155,7 @@ func TestLocalRegion(t *testing.T) {
 	assert.Equal(t, "from local memory", string(farBytes[2000:2017]))
 
 	copy(farBytes[3000:], "back again")
-	req, err = lr.GetMem(nearMem, 100, 10, 3000)
+	req, err = lr.GetMem(nearMem.Range(100, 10), 3000)
 	require.NoError(t, err)
 	require.NoError(t, req.Wait(waitCtx(t)))
 	assert.Equal(t, "back again", string(near[100:110]))
@@ -169,6 +169,6 @@ func TestLocalRegion(t *testing.T) {
 	require.NoError(t, far.Close())
 	_, err = lr.WriteAt([]byte("late"), 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)
-	_, err = lr.GetMem(nearMem, 0, 4, 0)
+	_, err = lr.GetMem(nearMem.Range(0, 4), 0)
 	require.ErrorIs(t, err, ucs.ErrClosed)
 }

@@ -48,7 +48,7 @@ func TestRequestCopiesShareOneOperation(t *testing.T) {
 	s.start(t)
 	for range 20 {
 		buf := make([]byte, 8)
-		req, err := s.ep.Get(buf, s.target.Address(), s.rkey)
+		req, err := getAt(buf, s.target.Address(), s.rkey)
 		require.NoError(t, err)
 		copied := req
 		stored := []ucp.Request{req}
@@ -66,7 +66,7 @@ func TestRequestCopiesShareOneOperation(t *testing.T) {
 	// outcome returns it while the last still releases the operation.
 	for range 20 {
 		buf := make([]byte, 16)
-		req, err := s.ep.Get(buf, s.target.Address(), s.rkey)
+		req, err := getAt(buf, s.target.Address(), s.rkey)
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		for range 8 {
@@ -86,7 +86,7 @@ func TestRequestCopiesShareOneOperation(t *testing.T) {
 func TestRequestWaitResumes(t *testing.T) {
 	s := newStalled(t)
 	buf := make([]byte, 8)
-	req, err := s.ep.Get(buf, s.target.Address(), s.rkey)
+	req, err := getAt(buf, s.target.Address(), s.rkey)
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -111,7 +111,7 @@ func TestRequestDetach(t *testing.T) {
 	before := ucs.LiveHandles()
 	t.Run("", func(t *testing.T) {
 		s := newStalled(t)
-		req, err := s.ep.Get(make([]byte, 8), s.target.Address(), s.rkey)
+		req, err := getAt(make([]byte, 8), s.target.Address(), s.rkey)
 		require.NoError(t, err)
 		copied := req
 		req.Detach()
@@ -137,9 +137,9 @@ func TestDroppedRequestsReleaseTheirWorker(t *testing.T) {
 		t.Run("", func(t *testing.T) {
 			s := newStalled(t)
 			for range 16 {
-				_, err := s.ep.Get(make([]byte, 8), s.target.Address(), s.rkey)
+				_, err := getAt(make([]byte, 8), s.target.Address(), s.rkey)
 				require.NoError(t, err)
-				_, err = s.ep.Put([]byte("put"), s.target.Address()+64, s.rkey)
+				_, err = putAt([]byte("put"), s.target.Address()+64, s.rkey)
 				require.NoError(t, err)
 			}
 			if round%2 == 1 { // detached before the target progresses
@@ -240,7 +240,7 @@ func TestRequestCopiesOutliveLaterOperations(t *testing.T) {
 	busy.start(t)
 	var kept []ucp.Request
 	for range 32 {
-		req, err := busy.ep.Get(make([]byte, 8), busy.target.Address(), busy.rkey)
+		req, err := getAt(make([]byte, 8), busy.target.Address(), busy.rkey)
 		require.NoError(t, err)
 		require.NoError(t, req.Wait(waitCtx(t)))
 		kept = append(kept, req)
@@ -251,7 +251,7 @@ func TestRequestCopiesOutliveLaterOperations(t *testing.T) {
 	var later []ucp.Request
 	for i := range bufs {
 		bufs[i] = make([]byte, 8)
-		req, err := idle.ep.Get(bufs[i], idle.target.Address(), idle.rkey)
+		req, err := getAt(bufs[i], idle.target.Address(), idle.rkey)
 		require.NoError(t, err)
 		later = append(later, req)
 	}
@@ -325,7 +325,7 @@ func TestRequestOldCopiesUnderConcurrency(t *testing.T) {
 			for i := range 100 {
 				off := (g*7 + i) % 9
 				buf := make([]byte, 4)
-				req, err := s.ep.Get(buf, s.target.Address()+uint64(off), s.rkey)
+				req, err := getAt(buf, s.target.Address()+uint64(off), s.rkey)
 				if !assert.NoError(t, err) {
 					return
 				}

@@ -321,7 +321,7 @@ func (tb *rkeyTestbed) reconnect(t testing.TB) {
 // get reads n bytes at raddr with the rkey over the testbed's endpoint.
 func (tb *rkeyTestbed) get(rk *RemoteKey, raddr uint64, n int) ([]byte, error) {
 	b := make([]byte, n)
-	req, err := tb.ep.Get(b, raddr, rk)
+	req, err := tb.ep.rmaBytes("ucp: get", false, b, raddr, rk)
 	if err != nil {
 		return nil, err
 	}

@@ -11,43 +11,50 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// The data path. Operations from mapped memory (PutMem, GetMem, SendAMMem)
-// pass the mapping's memh to UCX (UCP_OP_ATTR_FIELD_MEMH, the only way to
-// use imported memory locally) and allocate nothing; the []byte forms pin
-// the slice for the life of the operation.
+// The data path. Operations from mapped memory (RemoteRegion's PutMem and
+// GetMem, SendAMMem, ReceiveIntoMem) pass the mapping's memh to UCX
+// (UCP_OP_ATTR_FIELD_MEMH, the only way to use imported memory locally) and
+// allocate nothing; the []byte forms pin the slice for the life of the
+// operation. RMA is reached through a RemoteRegion only (the remote
+// address and key travel together); the endpoint's raw calls below are the
+// layer under it.
 
-// PutMem writes n bytes of src at off to remote address raddr.
-func (ep *Endpoint) PutMem(src *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
-	return ep.rmaMem("ucp: put", true, src, off, n, raddr, rkey)
+// MemRange is n bytes of a mapping at off: the local side of
+// RemoteRegion.PutMem and GetMem, Endpoint.SendAMMem and
+// AMMessage.ReceiveIntoMem. Make one with Mem.Range; it is a value, and is
+// checked against its mapping (open, and off and n within it) by the call
+// that uses it, which then fails with ucs.ErrOutOfRange or ucs.ErrClosed.
+// A typed range keeps the local range and the remote offset apart: the
+// compiler refuses one passed for the other.
+type MemRange struct {
+	m      *Mem
+	off, n int
 }
 
-// GetMem reads n bytes at remote address raddr into dst at off.
-func (ep *Endpoint) GetMem(dst *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
-	return ep.rmaMem("ucp: get", false, dst, off, n, raddr, rkey)
-}
+// Range is the n bytes of m at off (see MemRange).
+func (m *Mem) Range(off, n int) MemRange { return MemRange{m, off, n} }
 
-// Put writes b to remote address raddr; b is pinned until the request
-// completes and must not change before it does.
-func (ep *Endpoint) Put(b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
-	return ep.rmaBytes("ucp: put", true, b, raddr, rkey)
-}
+// Mem is the mapping the range is of.
+func (r MemRange) Mem() *Mem { return r.m }
 
-// Get reads len(b) bytes at remote address raddr into b, pinned until the
-// request completes.
-func (ep *Endpoint) Get(b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
-	return ep.rmaBytes("ucp: get", false, b, raddr, rkey)
-}
+// Off is where the range starts in its mapping.
+func (r MemRange) Off() int { return r.off }
 
-func (ep *Endpoint) rmaMem(op string, put bool, m *Mem, off, n int, raddr uint64, rkey *RemoteKey) (Request, error) {
-	if err := m.enter(op); err != nil {
-		return Request{}, err
+// Len is the range's length.
+func (r MemRange) Len() int { return r.n }
+
+// enter enters the range's mapping and returns the range's first byte:
+// Exit the mapping's handle when done.
+func (r MemRange) enter(op string) (unsafe.Pointer, error) {
+	if err := r.m.enter(op); err != nil {
+		return nil, err
 	}
-	defer m.res.Exit()
-	p, err := m.span(op, off, n)
+	p, err := r.m.span(op, r.off, r.n)
 	if err != nil {
-		return Request{}, err
+		r.m.res.Exit()
+		return nil, err
 	}
-	return ep.rma(op, put, p, n, m.res.State.h, raddr, rkey, nil, &m.res)
+	return p, nil
 }
 
 // pinners recycles the Pinners of the []byte forms, so that they allocate
@@ -94,6 +101,17 @@ func unpin(pin *runtime.Pinner) {
 	pinners.mu.Unlock()
 }
 
+// rmaMem is a put or get of r at raddr.
+func (ep *Endpoint) rmaMem(op string, put bool, r MemRange, raddr uint64, rkey *RemoteKey) (Request, error) {
+	p, err := r.enter(op)
+	if err != nil {
+		return Request{}, err
+	}
+	defer r.m.res.Exit()
+	return ep.rma(op, put, p, r.n, r.m.res.State.h, raddr, rkey, nil, &r.m.res)
+}
+
+// rmaBytes is a put or get of b at raddr; b is pinned until it completes.
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
 	p, pin := pinBytes(b)
 	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
@@ -159,18 +177,15 @@ func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Req
 	return req, err
 }
 
-// SendAMMem sends an active message whose data is n bytes of m at off.
-func (ep *Endpoint) SendAMMem(id AMID, header []byte, m *Mem, off, n int, flags AMSendFlags) (Request, error) {
+// SendAMMem sends an active message whose data is the range src.
+func (ep *Endpoint) SendAMMem(id AMID, header []byte, src MemRange, flags AMSendFlags) (Request, error) {
 	const op = "ucp: send active message"
-	if err := m.enter(op); err != nil {
-		return Request{}, err
-	}
-	defer m.res.Exit()
-	p, err := m.span(op, off, n)
+	p, err := src.enter(op)
 	if err != nil {
 		return Request{}, err
 	}
-	return ep.sendAM(id, header, p, n, m.res.State.h, flags, nil, &m.res)
+	defer src.m.res.Exit()
+	return ep.sendAM(id, header, p, src.n, src.m.res.State.h, flags, nil, &src.m.res)
 }
 
 func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {

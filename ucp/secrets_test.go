@@ -97,7 +97,7 @@ func TestErrorsDoNotShowKeys(t *testing.T) {
 	rk, err := p.ep.UnpackRemoteKey(context.Background(), rkey)
 	require.NoError(t, err)
 	require.NoError(t, rk.Close())
-	_, err = p.ep.Put([]byte{1}, target.Address(), rk)
+	_, err = putAt([]byte{1}, target.Address(), rk)
 	collect("closed rkey", err)
 
 	// UCT: keys of the wrong length are refused before UCX; keys of the

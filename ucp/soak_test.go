@@ -141,7 +141,7 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, err, "cycle %d: unpack rkey", i)
 		off := (i * 64) % (size - len(payload))
 		binary.LittleEndian.PutUint64(payload, uint64(i))
-		req, err := p.ep.Put(payload, mem.Address()+uint64(off), rkey)
+		req, err := putAt(payload, mem.Address()+uint64(off), rkey)
 		require.NoError(t, err, "cycle %d: put", i)
 		require.NoError(t, req.Wait(wctx), "cycle %d: put", i)
 		require.NoError(t, p.ep.Flush(wctx), "cycle %d: flush", i)
