@@ -18,7 +18,10 @@ import (
 
 // The configuration both sides use: one context, shared memory transports.
 func newContext(b *testing.B) *ucp.Context {
-	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"))
+	// Atomics too, as the C twin's context: every row pays for the same
+	// features.
+	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"),
+		ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureAMO64))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -213,6 +216,18 @@ func BenchmarkPut8Flush(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := p.ep.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFetchAdd8 is an 8-byte fetch-and-add, waited for.
+func BenchmarkFetchAdd8(b *testing.B) {
+	p := newPair(b, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.rr.FetchAdd64(ctx, 0, 1); err != nil {
 			b.Fatal(err)
 		}
 	}

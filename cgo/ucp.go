@@ -425,6 +425,24 @@ func (e Endpoint) Get(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint6
 	return request(C.ucxgo_get(e.p, buf, C.size_t(n), memh.p, C.uint64_t(raddr), rkey.p))
 }
 
+// The atomic operations of ucp_atomic_op_nbx the binding uses.
+const (
+	AtomicAdd   = C.UCP_ATOMIC_OP_ADD
+	AtomicSwap  = C.UCP_ATOMIC_OP_SWAP
+	AtomicCSwap = C.UCP_ATOMIC_OP_CSWAP
+)
+
+// AllocWords returns n zeroed 8-byte words of C memory, never freed by Go:
+// the operand and reply of atomics, which UCX may touch until they
+// complete, without pinning Go memory for each.
+func AllocWords(n int) unsafe.Pointer { return C.calloc(C.size_t(n), 8) }
+
+// Atomic starts ucp_atomic_op_nbx of one size-byte word at raddr; operand
+// and reply (nil for a post), C memory, must stay valid until it completes.
+func (e Endpoint) Atomic(op uint, size uintptr, operand, reply unsafe.Pointer, raddr uint64, rkey Rkey) Request {
+	return request(C.ucxgo_atomic(e.p, C.unsigned(op), C.unsigned(size), operand, reply, C.uint64_t(raddr), rkey.p))
+}
+
 // AMSend starts ucp_am_send_nbx; the header is copied by UCX.
 func (e Endpoint) AMSend(id uint, header []byte, data unsafe.Pointer, n uintptr, memh MemHandle, flags uint) Request {
 	return request(C.ucxgo_am_send(e.p, C.unsigned(id), bytesPtr(header), C.size_t(len(header)), data, C.size_t(n), memh.p, C.unsigned(flags)))

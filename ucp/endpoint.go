@@ -90,6 +90,8 @@ type Endpoint struct {
 	handshakeHint string
 
 	readers endpointReaders // which reader UCX gives each key part (rkeyreader.go)
+
+	peerErr bool // made with peer error handling (WithPeerErrorHandling)
 }
 
 // endpointIDs numbers endpoints (a C address can be reused by a later one).
@@ -130,7 +132,7 @@ func (w *Worker) newEndpoint(op, handshakeHint string, peerErr bool, create func
 		}
 		return nil, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint, wiring: new(atomic.Bool)}
+	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint, wiring: new(atomic.Bool), peerErr: peerErr}
 	ep.wiring.Store(handshakeHint != "")
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()

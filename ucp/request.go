@@ -74,6 +74,8 @@ type inflight struct {
 	// gets is the endpoint's set of gets in flight, for a get.
 	gets  *getsInFlight
 	after func()
+	// slot is an atomic post's operand, back to its pool once UCX is done.
+	slot *amoSlot
 }
 
 // completedOK is every request that completed at once without error: such
@@ -141,6 +143,10 @@ func (fl *inflight) releaseHolds() {
 	}
 	if fl.after != nil {
 		fl.after()
+	}
+	if fl.slot != nil {
+		putSlot(fl.slot)
+		fl.slot = nil
 	}
 }
 

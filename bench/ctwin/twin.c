@@ -56,7 +56,7 @@ static ucp_context_h new_context(const char *tls)
     memset(&params, 0, sizeof(params));
     params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                                UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features          = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.features          = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
     params.request_size      = sizeof(req_t);
     params.request_init      = req_init;
     params.mt_workers_shared = 1;
@@ -248,7 +248,7 @@ static void wait_req_on(ucp_worker_h w, void *r)
 
 static void wait_req(void *r) { wait_req_on(client, r); }
 
-enum { OP_GET, OP_PUT, OP_RKEY_UNPACK };
+enum { OP_GET, OP_PUT, OP_RKEY_UNPACK, OP_FADD };
 
 static void rma_bench(size_t n, int op, int flush)
 {
@@ -289,7 +289,14 @@ static void rma_bench(size_t n, int op, int flush)
         CHECK(ucp_ep_rkey_unpack(ep, packed, &k));
         ucp_rkey_destroy(k);
     }
-    for (long i = 0; i < iters && op != OP_RKEY_UNPACK; ++i) {
+    uint64_t one = 1, old = 0;
+    ucp_request_param_t ap = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE |
+                                              UCP_OP_ATTR_FIELD_REPLY_BUFFER,
+                              .cb.send = send_cb, .datatype = ucp_dt_make_contig(8), .reply_buffer = &old};
+    for (long i = 0; i < iters && op == OP_FADD; ++i) {
+        wait_req(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &one, 1, raddr, rkey, &ap));
+    }
+    for (long i = 0; i < iters && op != OP_RKEY_UNPACK && op != OP_FADD; ++i) {
         wait_req(op == OP_PUT ? ucp_put_nbx(ep, lbuf, n, raddr, rkey, &rp)
                      : ucp_get_nbx(ep, lbuf, n, raddr, rkey, &rp));
         if (flush) {
@@ -319,6 +326,7 @@ static void rma_bench(size_t n, int op, int flush)
 
 static void bench_put8_flush(void)  { rma_bench(8, OP_PUT, 1); }
 static void bench_get8(void)        { rma_bench(8, OP_GET, 0); }
+static void bench_fetch_add8(void)  { rma_bench(8, OP_FADD, 0); }
 static void bench_put64k(void)      { rma_bench(64 << 10, OP_PUT, 0); }
 static void bench_put1m(void)       { rma_bench(1 << 20, OP_PUT, 0); }
 static void bench_put4m(void)       { rma_bench(4 << 20, OP_PUT, 0); }
@@ -1033,7 +1041,7 @@ static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"RkeyUnpack", bench_rkey_unpack},
     {"ExportAttempt", bench_export_attempt}, {"ZeroExportImport", bench_zero_export_import},
     {"UCTRegisterPack", bench_uct_register_pack}, {"Put8Flush", bench_put8_flush},
-    {"Get8", bench_get8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
+    {"Get8", bench_get8}, {"FetchAdd8", bench_fetch_add8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
     {"Put4M", bench_put4m}, {"Get64K", bench_get64k}, {"Get1M", bench_get1m},
     {"Get4M", bench_get4m}, {"ProgressIdle", bench_progress_idle},
     {"Crossing", bench_crossing},

@@ -158,6 +158,13 @@ ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *ep, const void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
 ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *ep, void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
+/* ucp_atomic_op_nbx of one size-byte word (4 or 8) at raddr: operand is the
+ * value (the compare value for CSWAP), reply, if not NULL, receives the old
+ * value (for CSWAP it holds the swap value in). Both stay valid until the
+ * request completes: UCX may read and write them until then. */
+ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *ep, unsigned op, unsigned size,
+                              const void *operand, void *reply, uint64_t raddr,
+                              ucp_rkey_h rkey);
 ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
                                size_t header_len, const void *data,
                                size_t len, ucp_mem_h memh, unsigned flags);

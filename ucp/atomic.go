@@ -1,0 +1,221 @@
+package ucp
+
+import (
+	"context"
+	"sync"
+	"unsafe"
+
+	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
+	"github.com/ucxgo/ucx/ucs"
+)
+
+// Atomics on a region's 4- and 8-byte words (ucp_atomic_op_nbx). The word
+// at off must lie in the region and be aligned to its size in the peer's
+// address space (ucs.ErrOutOfRange, ucs.ErrInvalidParam otherwise), the
+// context needs FeatureAMO32 or FeatureAMO64 (WithFeatures), and the
+// endpoint must be made without peer error handling
+// (WithPeerErrorHandling(false): UCX's atomic protocols serve no other);
+// ucs.ErrUnsupported, saying which, otherwise. The peer's context needs the same feature: over transports
+// without device atomics (tcp, shared memory) the peer's worker performs
+// them, while it is progressed, as it serves puts and gets. Values are in
+// the peer's byte order (the same as this process's on every machine UCX
+// runs on). Atomics are atomic with respect to each other, on the same
+// word and the same transport, not to puts, gets or the peer's own loads
+// and stores.
+//
+// Add32 and Add64 post: their Request completes locally as Put's does, and
+// the add is in the peer's memory once Flush returns. The fetching forms
+// (FetchAdd, Swap, CompareAndSwap) wait for the old value, bounded by ctx;
+// one whose ctx ends first may still happen at the peer.
+
+// amoSlot is the operand and reply of one atomic operation: two words of
+// C memory, which UCX reads and writes until the operation completes (C
+// memory needs no pinning, whose cost was most of an atomic's).
+type amoSlot struct{ p unsafe.Pointer }
+
+func (s *amoSlot) operand() unsafe.Pointer { return s.p }
+func (s *amoSlot) reply() unsafe.Pointer   { return unsafe.Add(s.p, 8) }
+
+// amoSlots holds the free slots. Slots are made in chunks and never freed:
+// there are as many as atomics were ever in flight at once (a sync.Pool
+// would drop slots, and their C memory, at a collection). A slot returns
+// here when UCX is done with it: at once, or when its operation completes.
+var amoSlots struct {
+	mu   sync.Mutex
+	free []*amoSlot
+}
+
+const amoChunk = 64 // slots made at once
+
+func getSlot() *amoSlot {
+	amoSlots.mu.Lock()
+	defer amoSlots.mu.Unlock()
+	if len(amoSlots.free) == 0 {
+		words := cgo.AllocWords(2 * amoChunk)
+		if words == nil {
+			panic("ucp: out of C memory for atomics")
+		}
+		for i := range amoChunk {
+			amoSlots.free = append(amoSlots.free, &amoSlot{unsafe.Add(words, 16*i)})
+		}
+	}
+	s := amoSlots.free[len(amoSlots.free)-1]
+	amoSlots.free = amoSlots.free[:len(amoSlots.free)-1]
+	return s
+}
+
+func putSlot(s *amoSlot) {
+	amoSlots.mu.Lock()
+	amoSlots.free = append(amoSlots.free, s)
+	amoSlots.mu.Unlock()
+}
+
+// amoOp names an atomic for errors.
+var amoOp = map[uint]string{cgo.AtomicAdd: "ucp: atomic add", cgo.AtomicSwap: "ucp: atomic swap", cgo.AtomicCSwap: "ucp: atomic compare-and-swap"}
+
+// Add32 adds v to the 4-byte word at off.
+func (r RemoteRegion) Add32(off int, v uint32) (Request, error) {
+	return r.post(off, 4, uint64(v))
+}
+
+// Add64 adds v to the 8-byte word at off.
+func (r RemoteRegion) Add64(off int, v uint64) (Request, error) {
+	return r.post(off, 8, v)
+}
+
+// FetchAdd32 adds v to the 4-byte word at off and returns its old value.
+func (r RemoteRegion) FetchAdd32(ctx context.Context, off int, v uint32) (uint32, error) {
+	old, err := r.fetch(ctx, cgo.AtomicAdd, off, 4, uint64(v), 0)
+	return uint32(old), err
+}
+
+// FetchAdd64 adds v to the 8-byte word at off and returns its old value.
+func (r RemoteRegion) FetchAdd64(ctx context.Context, off int, v uint64) (uint64, error) {
+	return r.fetch(ctx, cgo.AtomicAdd, off, 8, v, 0)
+}
+
+// Swap32 stores v in the 4-byte word at off and returns its old value.
+func (r RemoteRegion) Swap32(ctx context.Context, off int, v uint32) (uint32, error) {
+	old, err := r.fetch(ctx, cgo.AtomicSwap, off, 4, uint64(v), 0)
+	return uint32(old), err
+}
+
+// Swap64 stores v in the 8-byte word at off and returns its old value.
+func (r RemoteRegion) Swap64(ctx context.Context, off int, v uint64) (uint64, error) {
+	return r.fetch(ctx, cgo.AtomicSwap, off, 8, v, 0)
+}
+
+// CompareAndSwap32 stores new in the 4-byte word at off if it holds old,
+// and returns the value it held: the swap happened if and only if that is
+// old.
+func (r RemoteRegion) CompareAndSwap32(ctx context.Context, off int, old, new uint32) (uint32, error) {
+	prev, err := r.fetch(ctx, cgo.AtomicCSwap, off, 4, uint64(old), uint64(new))
+	return uint32(prev), err
+}
+
+// CompareAndSwap64 stores new in the 8-byte word at off if it holds old,
+// and returns the value it held: the swap happened if and only if that is
+// old.
+func (r RemoteRegion) CompareAndSwap64(ctx context.Context, off int, old, new uint64) (uint64, error) {
+	return r.fetch(ctx, cgo.AtomicCSwap, off, 8, old, new)
+}
+
+// setWord stores v at p as a size-byte value; word reads one.
+func setWord(p unsafe.Pointer, size int, v uint64) {
+	if size == 4 {
+		*(*uint32)(p) = uint32(v)
+		return
+	}
+	*(*uint64)(p) = v
+}
+
+func word(p unsafe.Pointer, size int) uint64 {
+	if size == 4 {
+		return uint64(*(*uint32)(p))
+	}
+	return *(*uint64)(p)
+}
+
+func (r RemoteRegion) post(off, size int, v uint64) (Request, error) {
+	const op = "ucp: atomic add"
+	s := getSlot()
+	setWord(s.operand(), size, v)
+	req, done, err := r.atomic(op, cgo.AtomicAdd, off, size, s, false)
+	if err != nil || done {
+		putSlot(s) // UCX holds nothing of it
+		return req, err
+	}
+	req.p.fl.slot = s // back to the free slots when UCX is done with it
+	return req, nil
+}
+
+func (r RemoteRegion) fetch(ctx context.Context, code uint, off, size int, v, swap uint64) (uint64, error) {
+	op := amoOp[code]
+	s := getSlot()
+	setWord(s.operand(), size, v)
+	setWord(s.reply(), size, swap)
+	req, _, err := r.atomic(op, code, off, size, s, true)
+	if err != nil {
+		putSlot(s)
+		return 0, err
+	}
+	if err := req.Wait(ctx); err != nil {
+		if !req.Done() {
+			// Given up (ctx ended) in flight: the slot goes back when UCX
+			// completes the operation, which the worker then releases.
+			req.p.mu.Lock()
+			req.p.fl.slot = s
+			req.p.mu.Unlock()
+			req.Detach()
+			return 0, err
+		}
+		putSlot(s) // failed: UCX is done with it
+		return 0, err
+	}
+	old := word(s.reply(), size)
+	putSlot(s)
+	return old, nil
+}
+
+// atomic checks the word and starts the operation with s pinned until it
+// completes; done reports one that completed at once (s is free again).
+func (r RemoteRegion) atomic(op string, code uint, off, size int, s *amoSlot, fetch bool) (Request, bool, error) {
+	if err := r.check(op, off, size); err != nil {
+		return Request{}, false, err
+	}
+	if addr := r.base + uint64(off); addr%uint64(size) != 0 {
+		return Request{}, false, errs.New(op, ucs.ErrInvalidParam, "the %d-byte word at %#x (offset %d) is not aligned to its size", size, addr, off)
+	}
+	feature, name := FeatureAMO64, "FeatureAMO64"
+	if size == 4 {
+		feature, name = FeatureAMO32, "FeatureAMO32"
+	}
+	ep, rkey := r.key.ep, r.key
+	if ep.w.ctx.features&feature == 0 {
+		return Request{}, false, errs.New(op, ucs.ErrUnsupported, "the context was made without %s (see WithFeatures)", name)
+	}
+	if ep.peerErr {
+		// UCX's atomic protocols (protocol selection v2, the default from
+		// 1.16 to 1.22: src/ucp/rma/amo_sw.c and amo_offload.c) serve no
+		// endpoint with peer error handling: 1.18.1 canceled the operation,
+		// 1.22.0 aborted the process in its error path (ucp_ep.c:2040).
+		return Request{}, false, errs.New(op, ucs.ErrUnsupported, "UCX performs no atomics on an endpoint with peer error handling: make it with WithPeerErrorHandling(false)")
+	}
+	if !rkey.res.Enter() {
+		return Request{}, false, closedError(op)
+	}
+	defer rkey.res.Exit()
+	if err := ep.enter(op); err != nil {
+		return Request{}, false, err
+	}
+	defer ep.res.Exit()
+	var reply unsafe.Pointer
+	if fetch {
+		reply = s.reply()
+	}
+	ep.w.mu.Lock()
+	c := ep.c.Atomic(code, uintptr(size), s.operand(), reply, r.base+uint64(off), rkey.res.State.c)
+	ep.w.mu.Unlock()
+	return newRequest(ep.w, c, op, nil, rkey.res), c.P == nil, nil
+}
