@@ -204,7 +204,36 @@ func ExampleEndpoint_UnpackRegion() {
 		log.Fatal(err)
 	}
 	fmt.Println(string(got))
-	// Output: written by the DPU
+
+	// From a local mapping, in place: a typed range, then the region's offset.
+	local, err := ctx.Allocate(64)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer local.Close()
+	lb, err := local.Bytes()
+	if err != nil {
+		log.Fatal(err)
+	}
+	copy(lb, "from a local mapping")
+	req, err := region.PutMem(local.Range(0, 20), 2000)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := req.Wait(wait); err != nil {
+		log.Fatal(err)
+	}
+	if err := region.Flush(wait); err != nil { // a completed put is in the host's memory once flushed
+		log.Fatal(err)
+	}
+	got = make([]byte, 20)
+	if _, err := region.ReadAtContext(wait, got, 2000); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(got))
+	// Output:
+	// written by the DPU
+	// from a local mapping
 }
 
 // A worker that waits for work takes it from a queue, with a deadline,
