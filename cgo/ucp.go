@@ -443,6 +443,39 @@ func (e Endpoint) Atomic(op uint, size uintptr, operand, reply unsafe.Pointer, r
 	return request(C.ucxgo_atomic(e.p, C.unsigned(op), C.unsigned(size), operand, reply, C.uint64_t(raddr), rkey.p))
 }
 
+// TagSend starts ucp_tag_send_nbx of n bytes at buf with tag.
+func (e Endpoint) TagSend(tag uint64, buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
+	return request(C.ucxgo_tag_send(e.p, C.uint64_t(tag), buf, C.size_t(n), memh.p))
+}
+
+// TagRecv posts ucp_tag_recv_nbx into n bytes at buf; a receive that
+// completed at once reports its length and the sender's tag.
+func (w Worker) TagRecv(buf unsafe.Pointer, n uintptr, tag, mask uint64, memh MemHandle) (r Request, length, sender uint64) {
+	r = request(C.ucxgo_tag_recv(w.p, buf, C.size_t(n), C.uint64_t(tag), C.uint64_t(mask), memh.p))
+	return r, uint64(w.p.imm_len), uint64(w.p.imm_tag)
+}
+
+// TagProbe is a non-removing ucp_tag_probe_nb.
+func (w Worker) TagProbe(tag, mask uint64) (ok bool, length, sender uint64) {
+	ok = C.ucxgo_tag_probe(w.p, C.uint64_t(tag), C.uint64_t(mask)) != 0
+	return ok, uint64(w.p.imm_len), uint64(w.p.imm_tag)
+}
+
+// StreamSend starts ucp_stream_send_nbx of n bytes at buf.
+func (e Endpoint) StreamSend(buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
+	return request(C.ucxgo_stream_send(e.p, buf, C.size_t(n), memh.p))
+}
+
+// StreamRecv posts ucp_stream_recv_nbx into up to n bytes at buf (exactly
+// n with waitall); one that completed at once reports its length.
+func (e Endpoint) StreamRecv(buf unsafe.Pointer, n uintptr, memh MemHandle, waitall bool) (Request, uint64) {
+	r := request(C.ucxgo_stream_recv(e.p, buf, C.size_t(n), memh.p, boolInt(waitall)))
+	return r, uint64(e.p.worker.imm_len)
+}
+
+// Cancel asks UCX to cancel a request in flight (ucp_request_cancel).
+func (w Worker) Cancel(r Request) { C.ucxgo_request_cancel(w.p, r.P) }
+
 // AMSend starts ucp_am_send_nbx; the header is copied by UCX.
 func (e Endpoint) AMSend(id uint, header []byte, data unsafe.Pointer, n uintptr, memh MemHandle, flags uint) Request {
 	return request(C.ucxgo_am_send(e.p, C.unsigned(id), bytesPtr(header), C.size_t(len(header)), data, C.size_t(n), memh.p, C.unsigned(flags)))
@@ -476,6 +509,9 @@ func (r Request) Result() (Status, uint64) {
 	q := (*C.ucxgo_req_t)(r.P)
 	return Status(q.status), uint64(q.length)
 }
+
+// Tag is a completed tag receive's sender tag.
+func (r Request) Tag() uint64 { return uint64((*C.ucxgo_req_t)(r.P).tag) }
 
 // Release frees the request, cancelling it first if cancel and not done.
 func (w Worker) Release(r Request, cancel bool) {

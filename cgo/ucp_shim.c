@@ -39,6 +39,25 @@ static void ucxgo_recv_am_cb(void *request, ucs_status_t status, size_t length,
                        __ATOMIC_RELEASE);
 }
 
+static void ucxgo_recv_tag_cb(void *request, ucs_status_t status,
+                              const ucp_tag_recv_info_t *info, void *user_data)
+{
+    if (status == UCS_OK && info != NULL) {
+        ((ucxgo_req_t *)request)->tag = info->sender_tag;
+    }
+    ucxgo_req_complete(request, status, info != NULL ? info->length : 0);
+    __atomic_fetch_add(&((ucxgo_worker_t *)user_data)->completions, 1,
+                       __ATOMIC_RELEASE);
+}
+
+static void ucxgo_recv_stream_cb(void *request, ucs_status_t status,
+                                 size_t length, void *user_data)
+{
+    ucxgo_req_complete(request, status, length);
+    __atomic_fetch_add(&((ucxgo_worker_t *)user_data)->completions, 1,
+                       __ATOMIC_RELEASE);
+}
+
 /* The parameters of every non-blocking call: the send callback (recorded
  * completion), the worker as user data, and the mapping's memh if any. */
 static void ucxgo_request_param(ucp_request_param_t *param, ucxgo_worker_t *w,
@@ -53,6 +72,13 @@ static void ucxgo_request_param(ucp_request_param_t *param, ucxgo_worker_t *w,
     }
 }
 
+void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
+{
+    if (!__atomic_load_n(&((ucxgo_req_t *)request)->done, __ATOMIC_ACQUIRE)) {
+        ucp_request_cancel(w->worker, request);
+    }
+}
+
 void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
 {
     ucxgo_req_t *req = request;
@@ -63,6 +89,7 @@ void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
     req->done   = 0;
     req->status = 0;
     req->length = 0;
+    req->tag    = 0;
     ucp_request_free(request);
 }
 
@@ -854,6 +881,70 @@ ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *e, void *buf, size_t len,
     ucp_request_param_t param;
     ucxgo_request_param(&param, e->worker, memh);
     return ucp_get_nbx(e->ep, buf, len, raddr, rkey, &param);
+}
+
+/* ---- tag matching and streams ------------------------------------------ */
+
+ucs_status_ptr_t ucxgo_tag_send(ucxgo_ep_t *e, uint64_t tag, const void *buf,
+                                size_t len, ucp_mem_h memh)
+{
+    ucp_request_param_t param;
+    ucxgo_request_param(&param, e->worker, memh);
+    return ucp_tag_send_nbx(e->ep, buf, len, tag, &param);
+}
+
+ucs_status_ptr_t ucxgo_tag_recv(ucxgo_worker_t *w, void *buf, size_t len,
+                                uint64_t tag, uint64_t mask, ucp_mem_h memh)
+{
+    ucp_request_param_t param;
+    ucp_tag_recv_info_t info = {0};
+    ucs_status_ptr_t r;
+
+    ucxgo_request_param(&param, w, memh);
+    param.cb.recv             = ucxgo_recv_tag_cb;
+    param.op_attr_mask       |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.recv_info.tag_info  = &info;
+    r = ucp_tag_recv_nbx(w->worker, buf, len, tag, mask, &param);
+    w->imm_len = info.length;
+    w->imm_tag = info.sender_tag;
+    return r;
+}
+
+int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask)
+{
+    ucp_tag_recv_info_t info;
+    if (ucp_tag_probe_nb(w->worker, tag, mask, 0, &info) == NULL) {
+        return 0;
+    }
+    w->imm_len = info.length;
+    w->imm_tag = info.sender_tag;
+    return 1;
+}
+
+ucs_status_ptr_t ucxgo_stream_send(ucxgo_ep_t *e, const void *buf, size_t len,
+                                   ucp_mem_h memh)
+{
+    ucp_request_param_t param;
+    ucxgo_request_param(&param, e->worker, memh);
+    return ucp_stream_send_nbx(e->ep, buf, len, &param);
+}
+
+ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *e, void *buf, size_t len,
+                                   ucp_mem_h memh, int waitall)
+{
+    ucp_request_param_t param;
+    size_t n = 0;
+    ucs_status_ptr_t r;
+
+    ucxgo_request_param(&param, e->worker, memh);
+    param.cb.recv_stream = ucxgo_recv_stream_cb;
+    if (waitall) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags         = UCP_STREAM_RECV_FLAG_WAITALL;
+    }
+    r = ucp_stream_recv_nbx(e->ep, buf, len, &n, &param);
+    e->worker->imm_len = n;
+    return r;
 }
 
 /* No memh (UCX refuses one for atomics); NO_IMM_CMPL is not asked for, so

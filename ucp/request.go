@@ -61,6 +61,7 @@ type request struct {
 	gone atomic.Bool
 	err  error
 	n    uint64
+	tag  uint64 // a tag receive's sender tag
 }
 
 // inflight is what an operation in flight holds. When the request is
@@ -91,7 +92,7 @@ var requestPool = sync.Pool{New: func() any { return new(request) }}
 // held, once p is released and no Wait reads it; the caller must not use p
 // after unlocking.
 func (p *request) recycleLocked() {
-	if p == completedOK || !p.done || p.err != nil || p.n != 0 || p.live || p.waiting != 0 || p.gone.Load() {
+	if p == completedOK || !p.done || p.err != nil || p.n != 0 || p.tag != 0 || p.live || p.waiting != 0 || p.gone.Load() {
 		return
 	}
 	p.gen++
@@ -120,6 +121,15 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 	}
 	handle.Finalize(p, detachDropped)
 	return Request{p, p.gen}
+}
+
+// completedRecv is a receive that completed at once with n bytes from a
+// sender's tag.
+func completedRecv(op string, n, tag uint64) Request {
+	if n == 0 && tag == 0 {
+		return Request{p: completedOK}
+	}
+	return Request{p: &request{op: op, done: true, n: n, tag: tag}}
 }
 
 // completedRequest is a request that completed at once.
@@ -225,7 +235,7 @@ func (r Request) Test() (done bool, err error) {
 // Wait still reads: the last Wait releases it (finishLocked).
 func (p *request) settleLocked() {
 	st, n := p.fl.c.Result()
-	p.done, p.n = true, n
+	p.done, p.n, p.tag = true, n, p.fl.c.Tag()
 	p.err = outcomeError(p.op, ucs.Status(st))
 }
 
@@ -365,8 +375,46 @@ func (r Request) Done() bool {
 	return r.p.gen != r.gen || r.p.done
 }
 
-// Length is the number of bytes an active-message receive (ReceiveInto)
-// took; it is 0 for puts, gets and sends, whose length is the caller's.
+// Cancel asks UCX to end the operation if it is still in flight: a tag
+// receive not yet matched ends at once, and its Wait returns an error
+// wrapping ucs.ErrCanceled; an operation already under way (a matched
+// receive, a send, a put) completes as it would, with its outcome, and a
+// stream receive is not cancelled (UCX cancels none: close its endpoint).
+// It does not wait; Wait for the outcome. A completed or detached request
+// is left as it is.
+func (r Request) Cancel() {
+	p := r.p
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gen != r.gen || p.done || !p.live || p.fl.c.Done() {
+		return
+	}
+	s := &p.fl.res.State
+	s.mu.Lock()
+	s.c.Cancel(p.fl.c)
+	s.mu.Unlock()
+}
+
+// Tag is the tag a tag receive (Worker.RecvTag) took its message with,
+// once it completed; 0 for other operations.
+func (r Request) Tag() Tag {
+	if r.p == nil {
+		return 0
+	}
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	if r.p.gen != r.gen {
+		return 0
+	}
+	return Tag(r.p.tag)
+}
+
+// Length is the number of bytes a receive took (an active message's data,
+// a tag or stream receive), once it completed; it is 0 for puts, gets and
+// sends, whose length is the caller's.
 func (r Request) Length() int {
 	if r.p == nil {
 		return 0

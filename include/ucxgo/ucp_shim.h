@@ -15,7 +15,8 @@
 typedef struct ucxgo_req {
     int32_t      done;     /* 0 pending, 1 complete (atomic) */
     int32_t      status;   /* ucs_status_t once done */
-    uint64_t     length;   /* received length (AM data receive) */
+    uint64_t     length;   /* received length (AM data, tag and stream receives) */
+    uint64_t     tag;      /* the sender's tag (tag receive) */
 } ucxgo_req_t;
 
 typedef struct ucxgo_am_msg {
@@ -46,6 +47,9 @@ typedef struct ucxgo_worker {
     uint64_t         am_dropped; /* messages not queued: out of memory */
     uint64_t         completions; /* requests completed by callbacks (atomic) */
     uint64_t         ep_errors; /* endpoint failures recorded (also bump events) */
+    /* The outcome of the last receive that completed at once, or of the
+     * last probe (under the worker's lock): its length and sender tag. */
+    uint64_t         imm_len, imm_tag;
 } ucxgo_worker_t;
 
 typedef struct ucxgo_ep {
@@ -165,6 +169,24 @@ ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *ep, void *buf, size_t len,
 ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *ep, unsigned op, unsigned size,
                               const void *operand, void *reply, uint64_t raddr,
                               ucp_rkey_h rkey);
+/* Tag matching: a send of len bytes with tag; a receive of a message
+ * whose tag matches tag under mask into buf. A receive that completes at
+ * once (the message was waiting, eager) sets w->imm_len and w->imm_tag. */
+ucs_status_ptr_t ucxgo_tag_send(ucxgo_ep_t *ep, uint64_t tag, const void *buf,
+                                size_t len, ucp_mem_h memh);
+ucs_status_ptr_t ucxgo_tag_recv(ucxgo_worker_t *w, void *buf, size_t len,
+                                uint64_t tag, uint64_t mask, ucp_mem_h memh);
+/* A non-removing probe: 1 (w->imm_len and imm_tag set) if a message
+ * matching tag under mask has arrived, else 0. */
+int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask);
+/* Streams: a send; a receive of up to len bytes (all of them with
+ * waitall), w->imm_len set when it completes at once. */
+ucs_status_ptr_t ucxgo_stream_send(ucxgo_ep_t *ep, const void *buf, size_t len,
+                                   ucp_mem_h memh);
+ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *ep, void *buf, size_t len,
+                                   ucp_mem_h memh, int waitall);
+/* ucp_request_cancel of a request in flight. */
+void ucxgo_request_cancel(ucxgo_worker_t *w, void *request);
 ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
                                size_t header_len, const void *data,
                                size_t len, ucp_mem_h memh, unsigned flags);
