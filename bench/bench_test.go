@@ -21,7 +21,7 @@ func newContext(b *testing.B) *ucp.Context {
 	// Atomics too, as the C twin's context: every row pays for the same
 	// features.
 	ctx, err := ucp.NewContext(ucp.WithConfig("TLS", "posix,sysv,self"),
-		ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureAMO64))
+		ucp.WithFeatures(ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureAMO64|ucp.FeatureTag|ucp.FeatureStream))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -216,6 +216,127 @@ func BenchmarkPut8Flush(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := p.ep.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// echoPair is a client and a server worker of one context, connected both
+// ways by address (no peer error handling, as the C twin's), both
+// busy-polling as the twin's threads do; serve runs the server's answers
+// in a goroutine until the returned func is called.
+type echoPair struct {
+	client, server *ucp.Worker
+	ep, sep        *ucp.Endpoint
+}
+
+func newEchoPair(b *testing.B) *echoPair {
+	ctx := newContext(b)
+	p := &echoPair{}
+	var err error
+	if p.client, err = ctx.NewWorker(clientSpin); err != nil {
+		b.Fatal(err)
+	}
+	if p.server, err = ctx.NewWorker(clientSpin); err != nil {
+		b.Fatal(err)
+	}
+	saddr, _ := p.server.PackAddress()
+	caddr, _ := p.client.PackAddress()
+	if p.ep, err = p.client.ConnectWorker(saddr, ucp.WithPeerErrorHandling(false)); err != nil {
+		b.Fatal(err)
+	}
+	if p.sep, err = p.server.ConnectWorker(caddr, ucp.WithPeerErrorHandling(false)); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		p.ep.Close(context.Background(), ucp.CloseForce)
+		p.sep.Close(context.Background(), ucp.CloseForce)
+		p.server.Close()
+		p.client.Close()
+	})
+	return p
+}
+
+// serve answers until a message of tag 3 (tag mode) or the stream's end
+// marker comes; the func it returns sends that and waits for the server.
+func (p *echoPair) serve(b *testing.B, stream bool) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.Background()
+		buf := make([]byte, 64<<10)
+		for {
+			if stream {
+				if _, err := p.sep.RecvStream(ctx, buf, ucp.StreamWaitAll); err != nil || buf[0] == 0xff {
+					return
+				}
+				if req, err := p.sep.SendStream(buf[:8]); err != nil || req.Wait(ctx) != nil {
+					return
+				}
+				continue
+			}
+			info, err := p.server.RecvTag(ctx, buf[:8], 0, 0)
+			if err != nil || info.Tag == 3 {
+				return
+			}
+			if req, err := p.sep.SendTag(2, buf[:8]); err != nil || req.Wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		var req ucp.Request
+		if stream {
+			end := make([]byte, 64<<10)
+			end[0] = 0xff
+			req, _ = p.ep.SendStream(end)
+		} else {
+			req, _ = p.ep.SendTag(3, make([]byte, 8))
+		}
+		req.Wait(context.Background())
+		<-done
+	}
+}
+
+// BenchmarkTagPingPong8 is an 8-byte tagged message and its 8-byte answer.
+func BenchmarkTagPingPong8(b *testing.B) {
+	p := newEchoPair(b)
+	stop := p.serve(b, false)
+	defer stop()
+	out, in := make([]byte, 8), make([]byte, 8)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		send, err := p.ep.SendTag(1, out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := send.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.client.RecvTag(ctx, in, 2, ^ucp.Tag(0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStream64K is 64 KiB on a stream and its 8-byte answer.
+func BenchmarkStream64K(b *testing.B) {
+	p := newEchoPair(b)
+	stop := p.serve(b, true)
+	defer stop()
+	out, in := make([]byte, 64<<10), make([]byte, 8)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		send, err := p.ep.SendStream(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := send.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.ep.RecvStream(ctx, in, ucp.StreamWaitAll); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -40,17 +40,17 @@ import (
 // hostile is an importer that holds the secret and obeys nothing after
 // the handshake.
 type hostile struct {
-	t        testing.TB
-	c        net.Conn
-	uctx     *ucp.Context
-	w        *ucp.Worker
-	ep       *ucp.Endpoint
-	stop     context.CancelFunc
-	s        share.Sealer
-	grants   map[string]rawGrant
-	keys     []*ucp.RemoteKey
-	port     uint16      // the data path's, from accepted
-	raw      *rawSession // the handshake
+	t      testing.TB
+	c      net.Conn
+	uctx   *ucp.Context
+	w      *ucp.Worker
+	ep     *ucp.Endpoint
+	stop   context.CancelFunc
+	s      share.Sealer
+	grants map[string]rawGrant
+	keys   []*ucp.RemoteKey
+	port   uint16      // the data path's, from accepted
+	raw    *rawSession // the handshake
 }
 
 // rawGrant is a grant's fields as docs/share-protocol.md lays them out.

@@ -101,7 +101,7 @@ type Importer struct {
 	// In the handshake: the hello was sent, the exporter refused, this
 	// side sent a refusal.
 	helloSent, peerRefused, refuseSent bool
-	t3     [32]byte  // the handshake's transcript, which the bind claim seals
+	t3                                 [32]byte // the handshake's transcript, which the bind claim seals
 
 	// rkey mode: the session's data path and the staging file shared with
 	// it: call slots for ReadAt and WriteAt, then the offload area.

@@ -123,15 +123,6 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 	return Request{p, p.gen}
 }
 
-// completedRecv is a receive that completed at once with n bytes from a
-// sender's tag.
-func completedRecv(op string, n, tag uint64) Request {
-	if n == 0 && tag == 0 {
-		return Request{p: completedOK}
-	}
-	return Request{p: &request{op: op, done: true, n: n, tag: tag}}
-}
-
 // completedRequest is a request that completed at once.
 func completedRequest(op string, st ucs.Status, n uint64) Request {
 	if st == ucs.OK && n == 0 {
@@ -264,7 +255,15 @@ func detachedError(op string) error {
 // stays in flight: a later Wait resumes it, or Detach gives it up. A
 // Detach of any copy meanwhile ends the Wait promptly with an error wrapping
 // ucs.ErrCanceled.
-func (r Request) Wait(ctx context.Context) error {
+func (r Request) Wait(ctx context.Context) error { return r.wait(ctx, nil) }
+
+// recvOutcome is what a receive took: its length and sender tag.
+type recvOutcome struct{ n, tag uint64 }
+
+// wait is Wait; with take (a request that never left the package, so no
+// copy reads it later) it also reads the receive's outcome, and lets the
+// request be recycled all the same.
+func (r Request) wait(ctx context.Context, take *recvOutcome) error {
 	p := r.p
 	if p == nil {
 		return neverStarted("")
@@ -276,6 +275,9 @@ func (r Request) Wait(ctx context.Context) error {
 	}
 	if p.done {
 		err := p.err // read under the lock, like every field of p
+		if take != nil {
+			take.n, take.tag = p.n, p.tag
+		}
 		p.mu.Unlock()
 		return err
 	}
@@ -321,6 +323,10 @@ func (r Request) Wait(ctx context.Context) error {
 		return &ucs.Error{Op: p.op, Err: err.(*ucs.Error).Err, Reason: "gave up waiting; the operation is still in flight", Wrapped: ctx.Err()}
 	}
 	err = p.err
+	if take != nil {
+		take.n, take.tag = p.n, p.tag
+		p.n, p.tag = 0, 0 // read: nothing else will, so it may be recycled
+	}
 	p.recycleLocked()
 	return err
 }
@@ -375,14 +381,10 @@ func (r Request) Done() bool {
 	return r.p.gen != r.gen || r.p.done
 }
 
-// Cancel asks UCX to end the operation if it is still in flight: a tag
-// receive not yet matched ends at once, and its Wait returns an error
-// wrapping ucs.ErrCanceled; an operation already under way (a matched
-// receive, a send, a put) completes as it would, with its outcome, and a
-// stream receive is not cancelled (UCX cancels none: close its endpoint).
-// It does not wait; Wait for the outcome. A completed or detached request
-// is left as it is.
-func (r Request) Cancel() {
+// cancel asks UCX to end the operation if it is still in flight (a tag
+// receive not yet matched ends at once with ucs.ErrCanceled); it does not
+// wait.
+func (r Request) cancel() {
 	p := r.p
 	if p == nil {
 		return
@@ -398,23 +400,8 @@ func (r Request) Cancel() {
 	s.mu.Unlock()
 }
 
-// Tag is the tag a tag receive (Worker.RecvTag) took its message with,
-// once it completed; 0 for other operations.
-func (r Request) Tag() Tag {
-	if r.p == nil {
-		return 0
-	}
-	r.p.mu.Lock()
-	defer r.p.mu.Unlock()
-	if r.p.gen != r.gen {
-		return 0
-	}
-	return Tag(r.p.tag)
-}
-
-// Length is the number of bytes a receive took (an active message's data,
-// a tag or stream receive), once it completed; it is 0 for puts, gets and
-// sends, whose length is the caller's.
+// Length is the number of bytes an active-message receive (ReceiveInto)
+// took; it is 0 for puts, gets and sends, whose length is the caller's.
 func (r Request) Length() int {
 	if r.p == nil {
 		return 0

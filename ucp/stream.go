@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"context"
 	"runtime"
 	"unsafe"
 
@@ -65,52 +66,77 @@ func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin 
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 
-// RecvStream receives the stream's next bytes into buf, pinned until the
-// request completes: at least one byte, as many as have arrived up to
-// len(buf) (all of buf with StreamWaitAll); its Length says how many. A
-// receive whose Wait gave up stays posted (UCX cancels no stream receive)
-// and fills buf when bytes come, until the endpoint is closed: do not
-// reuse buf before then.
-func (ep *Endpoint) RecvStream(buf []byte, flags StreamRecvFlags) (Request, error) {
+// RecvStream receives the stream's next bytes into buf (pinned meanwhile)
+// and returns how many: at least one, as many as have arrived up to
+// len(buf), all of buf with StreamWaitAll. UCX cancels no stream receive:
+// when ctx ends first, the receive stays posted, buf stays pinned and is
+// written when bytes come (until the endpoint closes), and the error says
+// so; do not reuse buf before then. The receive progresses the worker
+// while it waits.
+func (ep *Endpoint) RecvStream(ctx context.Context, buf []byte, flags StreamRecvFlags) (int, error) {
 	p, pin := pinBytes(buf)
-	req, err := ep.recvStream(p, len(buf), flags, cgo.MemHandle{}, pin, nil)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return ep.recvStream(ctx, p, len(buf), flags, cgo.MemHandle{}, pin, nil)
 }
 
 // RecvStreamMem is RecvStream into the range dst of a mapping.
-func (ep *Endpoint) RecvStreamMem(dst MemRange, flags StreamRecvFlags) (Request, error) {
+func (ep *Endpoint) RecvStreamMem(ctx context.Context, dst MemRange, flags StreamRecvFlags) (int, error) {
 	const op = "ucp: receive on stream"
 	p, err := dst.enter(op)
 	if err != nil {
-		return Request{}, err
+		return 0, err
 	}
 	defer dst.m.res.Exit()
-	return ep.recvStream(p, dst.n, flags, dst.m.res.State.h, nil, &dst.m.res)
+	return ep.recvStream(ctx, p, dst.n, flags, dst.m.res.State.h, nil, &dst.m.res)
 }
 
-func (ep *Endpoint) recvStream(p unsafe.Pointer, n int, flags StreamRecvFlags, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, flags StreamRecvFlags, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (int, error) {
 	const op = "ucp: receive on stream"
-	if err := ep.enter(op); err != nil {
-		return Request{}, err
+	r, length, err := ep.startStreamRecv(op, p, n, flags, memh)
+	if err != nil || r.P == nil {
+		if pin != nil {
+			unpin(pin)
+		}
+		if err == nil && r.St != 0 {
+			err = outcomeError(op, ucs.Status(r.St))
+		}
+		if err != nil {
+			return 0, err
+		}
+		return int(length), nil
 	}
-	defer ep.res.Exit()
+	req := newRequest(ep.w, r, op, pin, mem)
+	ep.res.Exit()
+	var out recvOutcome
+	if err := req.wait(ctx, &out); err != nil {
+		if ctx.Err() != nil && !req.Done() {
+			req.Detach()
+			return 0, &ucs.Error{Op: op, Err: err.(*ucs.Error).Err, Wrapped: ctx.Err(),
+				Reason: "gave up waiting; UCX cancels no stream receive, so it stays posted: the buffer stays pinned and is written when bytes come, until the endpoint closes"}
+		}
+		return 0, err
+	}
+	return int(out.n), nil
+}
+
+// startStreamRecv posts the receive; for one in flight (r.P set) the
+// endpoint stays entered: Exit it once the request holds what it needs.
+func (ep *Endpoint) startStreamRecv(op string, p unsafe.Pointer, n int, flags StreamRecvFlags, memh cgo.MemHandle) (cgo.Request, uint64, error) {
+	if err := ep.enter(op); err != nil {
+		return cgo.Request{}, 0, err
+	}
 	if err := ep.checkStream(op); err != nil {
-		return Request{}, err
+		ep.res.Exit()
+		return cgo.Request{}, 0, err
 	}
 	if n == 0 {
-		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a stream receive needs a buffer of at least one byte")
+		ep.res.Exit()
+		return cgo.Request{}, 0, errs.New(op, ucs.ErrInvalidParam, "a stream receive needs a buffer of at least one byte")
 	}
 	ep.w.mu.Lock()
 	r, length := ep.c.StreamRecv(p, uintptr(n), memh, flags&StreamWaitAll != 0)
 	ep.w.mu.Unlock()
-	if r.P == nil && r.St == 0 {
-		if pin != nil {
-			unpin(pin)
-		}
-		return completedRecv(op, length, 0), nil
+	if r.P == nil {
+		ep.res.Exit()
 	}
-	return newRequest(ep.w, r, op, pin, mem), nil
+	return r, length, nil
 }

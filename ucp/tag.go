@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"context"
 	"runtime"
 	"unsafe"
 
@@ -18,7 +19,9 @@ import (
 // worker, and so from any peer connected to it: the tag says nothing about
 // who sent. The context needs FeatureTag (WithFeatures; ucs.ErrUnsupported
 // without). A message larger than the receive's buffer fails the receive
-// with ucs.ErrTruncated.
+// with ucs.ErrTruncated. A message nobody receives yet waits in the
+// receiving worker (UCX keeps it, eager data in its memory), as the
+// messages of any peer connected to the worker do.
 
 // Tag is a tag-matched message's tag.
 type Tag uint64
@@ -73,50 +76,104 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 
-// RecvTag posts a receive of the next message whose tag matches tag under
-// mask into buf, pinned until the request completes: Wait for it, then
-// its Length and Tag say what it took. A receive whose Wait gave up (ctx
-// ended) stays posted and takes the next matching message into buf: Cancel
-// it first (then Wait for its outcome) before reusing buf.
-func (w *Worker) RecvTag(buf []byte, tag, mask Tag) (Request, error) {
+// RecvTag receives the next message whose tag matches tag under mask into
+// buf (pinned meanwhile) and returns its tag and length. When ctx ends
+// first the receive is cancelled and buf is the caller's again, except
+// that a message matched meanwhile is still returned, without error; one
+// still arriving after a further second (a large message UCX is
+// fetching) is left to the worker, buf pinned until it lands, and the
+// error says so. The receive progresses the worker while it waits.
+func (w *Worker) RecvTag(ctx context.Context, buf []byte, tag, mask Tag) (TagInfo, error) {
 	p, pin := pinBytes(buf)
-	req, err := w.recvTag(p, len(buf), tag, mask, cgo.MemHandle{}, pin, nil)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return w.recvTag(ctx, p, len(buf), tag, mask, cgo.MemHandle{}, pin, nil)
 }
 
 // RecvTagMem is RecvTag into the range dst of a mapping.
-func (w *Worker) RecvTagMem(dst MemRange, tag, mask Tag) (Request, error) {
+func (w *Worker) RecvTagMem(ctx context.Context, dst MemRange, tag, mask Tag) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
 	p, err := dst.enter(op)
 	if err != nil {
-		return Request{}, err
+		return TagInfo{}, err
 	}
 	defer dst.m.res.Exit()
-	return w.recvTag(p, dst.n, tag, mask, dst.m.res.State.h, nil, &dst.m.res)
+	return w.recvTag(ctx, p, dst.n, tag, mask, dst.m.res.State.h, nil, &dst.m.res)
 }
 
-func (w *Worker) recvTag(p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
-	if !w.enter() {
-		return Request{}, closedError(op)
-	}
-	defer w.res.Exit()
-	if err := w.checkTag(op); err != nil {
-		return Request{}, err
+	if err := w.startTagRecv(op); err != nil {
+		if pin != nil {
+			unpin(pin)
+		}
+		return TagInfo{}, err
 	}
 	w.mu.Lock()
 	r, length, sender := w.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
 	w.mu.Unlock()
-	if r.P == nil && r.St == 0 {
+	if r.P == nil { // completed at once: the message was waiting
+		w.res.Exit()
 		if pin != nil {
 			unpin(pin)
 		}
-		return completedRecv(op, length, sender), nil
+		if r.St != 0 {
+			return TagInfo{}, outcomeError(op, ucs.Status(r.St))
+		}
+		return TagInfo{Tag: Tag(sender), Len: int(length)}, nil
 	}
-	return newRequest(w, r, op, pin, mem), nil
+	req := newRequest(w, r, op, pin, mem)
+	w.res.Exit()
+	// Waited here, not by Request.Wait: the worker's Close ends this wait
+	// too (no message comes for a closed worker), and the request never
+	// leaves this call, so its fields are read without its lock.
+	c := req.p.fl.c
+	var end error
+	for !c.Done() {
+		if end = w.waitFor(ctx, waitReady{op: op, req: c, endOnClose: true}); end != nil {
+			break
+		}
+		if w.res.Closing() {
+			end = errs.New(op, ucs.ErrClosed, "the worker was closed")
+			break
+		}
+	}
+	var out recvOutcome
+	if end != nil && !c.Done() {
+		req.cancel()
+		grace, cancel := context.WithTimeout(context.Background(), forceCloseGrace)
+		err := req.wait(grace, &out)
+		cancel()
+		e := &ucs.Error{Op: op, Err: end.(*ucs.Error).Err, Wrapped: ctx.Err()}
+		switch {
+		case err == nil: // matched before the cancel: taken
+			return TagInfo{Tag: Tag(out.tag), Len: int(out.n)}, nil
+		case req.Done(): // cancelled
+			e.Reason = "gave up waiting; the receive was cancelled, and the buffer is the caller's again"
+			if e.Err == ucs.ErrClosed {
+				e.Reason = "the worker was closed; the receive was cancelled, and the buffer is the caller's again"
+			}
+		default:
+			req.Detach()
+			e.Reason = "gave up waiting; a message was matched and is still arriving: the buffer stays pinned and is written until it lands"
+		}
+		return TagInfo{}, e
+	}
+	if err := req.wait(context.Background(), &out); err != nil { // done: settles at once
+		return TagInfo{}, err
+	}
+	return TagInfo{Tag: Tag(out.tag), Len: int(out.n)}, nil
+}
+
+// startTagRecv enters the worker for a receive: Exit it when the receive
+// is started.
+func (w *Worker) startTagRecv(op string) error {
+	if !w.enter() {
+		return closedError(op)
+	}
+	if err := w.checkTag(op); err != nil {
+		w.res.Exit()
+		return err
+	}
+	return nil
 }
 
 // ProbeTag reports whether a message whose tag matches tag under mask has

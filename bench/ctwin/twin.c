@@ -32,6 +32,7 @@ typedef struct { int done; ucs_status_t status; } req_t;
 static ucp_context_h ctx;
 static long iters;
 static double loop_start, loop_end; /* each benchmark times its loop only */
+#define WARMUP_ECHO 16 /* untimed round trips of the echo pairs */
 #define START() (loop_start = now_ns())
 #define END()   (loop_end = now_ns())
 
@@ -56,7 +57,8 @@ static ucp_context_h new_context(const char *tls)
     memset(&params, 0, sizeof(params));
     params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                                UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features          = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+    params.features          = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_AMO64 | UCP_FEATURE_TAG |
+                               UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
     params.request_size      = sizeof(req_t);
     params.request_init      = req_init;
     params.mt_workers_shared = 1;
@@ -323,6 +325,113 @@ static void rma_bench(size_t n, int op, int flush)
     ucp_worker_destroy(server);
     ucp_worker_destroy(client);
 }
+
+/* ---- Echo pairs: the server thread answers each message (tag ping-pong
+ * of 8 bytes; 64 KiB on a stream, answered with 8 bytes). Both workers
+ * busy-poll, as the Go benchmark's both do. */
+static void recv_tag_cb(void *r, ucs_status_t st, const ucp_tag_recv_info_t *i, void *u)
+{
+    ((req_t *)r)->status = st;
+    ((req_t *)r)->done   = 1;
+}
+static void recv_stream_cb(void *r, ucs_status_t st, size_t n, void *u)
+{
+    ((req_t *)r)->status = st;
+    ((req_t *)r)->done   = 1;
+}
+
+static ucp_ep_h echo_ep; /* the server's endpoint to the client */
+static int echo_stream;
+static char echo_buf[64 << 10];
+
+static void tag_recv_wait(ucp_worker_h w, void *buf, size_t n, ucp_tag_t tag)
+{
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.recv = recv_tag_cb};
+    wait_req_on(w, ucp_tag_recv_nbx(w, buf, n, tag, ~(ucp_tag_t)0, &rp));
+}
+
+static void stream_recv_wait(ucp_worker_h w, ucp_ep_h ep, void *buf, size_t n)
+{
+    size_t got;
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
+                              .cb.recv_stream = recv_stream_cb, .flags = UCP_STREAM_RECV_FLAG_WAITALL};
+    wait_req_on(w, ucp_stream_recv_nbx(ep, buf, n, &got, &rp));
+}
+
+static void *echo_loop(void *arg)
+{
+    ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
+    for (long i = 0; i < iters + WARMUP_ECHO; ++i) {
+        if (echo_stream) {
+            stream_recv_wait(server, echo_ep, echo_buf, sizeof(echo_buf));
+            wait_req_on(server, ucp_stream_send_nbx(echo_ep, echo_buf, 8, &sp));
+        } else {
+            tag_recv_wait(server, echo_buf, 8, 1);
+            wait_req_on(server, ucp_tag_send_nbx(echo_ep, echo_buf, 8, 2, &sp));
+        }
+    }
+    return NULL;
+}
+
+static void echo_bench(int stream)
+{
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    ucp_ep_params_t ep_params;
+    ucp_address_t *addr;
+    size_t alen;
+    ucp_ep_h ep;
+    pthread_t th;
+    static char out[64 << 10], in[8];
+    ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
+
+    CHECK(ucp_worker_create(ctx, &wp, &client));
+    CHECK(ucp_worker_create(ctx, &wp, &server));
+    memset(&ep_params, 0, sizeof(ep_params));
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    CHECK(ucp_worker_get_address(server, &addr, &alen));
+    ep_params.address = addr;
+    CHECK(ucp_ep_create(client, &ep_params, &ep));
+    ucp_worker_release_address(server, addr);
+    CHECK(ucp_worker_get_address(client, &addr, &alen));
+    ep_params.address = addr;
+    CHECK(ucp_ep_create(server, &ep_params, &echo_ep));
+    ucp_worker_release_address(client, addr);
+    echo_stream = stream;
+    pthread_create(&th, NULL, echo_loop, NULL);
+    size_t n = stream ? sizeof(out) : 8;
+    for (long i = 0; i < iters + WARMUP_ECHO; ++i) {
+        if (i == WARMUP_ECHO) {
+            START();
+        }
+        if (stream) {
+            wait_req(ucp_stream_send_nbx(ep, out, n, &sp));
+            stream_recv_wait(client, ep, in, 8);
+        } else {
+            wait_req(ucp_tag_send_nbx(ep, out, n, 1, &sp));
+            tag_recv_wait(client, in, 8, 2);
+        }
+    }
+    END();
+    pthread_join(th, NULL);
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucp_ep_h eps[2] = {ep, echo_ep};
+    ucp_worker_h ws[2] = {client, server};
+    for (int k = 0; k < 2; ++k) {
+        void *cr = ucp_ep_close_nbx(eps[k], &cp);
+        while (cr != NULL && !UCS_PTR_IS_ERR(cr) && ucp_request_check_status(cr) == UCS_INPROGRESS) {
+            ucp_worker_progress(ws[k]);
+        }
+        if (cr != NULL && !UCS_PTR_IS_ERR(cr)) {
+            ucp_request_free(cr);
+        }
+    }
+    ucp_worker_destroy(server);
+    ucp_worker_destroy(client);
+}
+
+static void bench_tag_ping_pong8(void) { echo_bench(0); }
+static void bench_stream64k(void)      { echo_bench(1); }
 
 static void bench_put8_flush(void)  { rma_bench(8, OP_PUT, 1); }
 static void bench_get8(void)        { rma_bench(8, OP_GET, 0); }
@@ -1041,7 +1150,8 @@ static const struct { const char *name; void (*fn)(void); } benches[] = {
     {"RkeyUnpack", bench_rkey_unpack},
     {"ExportAttempt", bench_export_attempt}, {"ZeroExportImport", bench_zero_export_import},
     {"UCTRegisterPack", bench_uct_register_pack}, {"Put8Flush", bench_put8_flush},
-    {"Get8", bench_get8}, {"FetchAdd8", bench_fetch_add8}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
+    {"Get8", bench_get8}, {"FetchAdd8", bench_fetch_add8},
+    {"TagPingPong8", bench_tag_ping_pong8}, {"Stream64K", bench_stream64k}, {"Put64K", bench_put64k}, {"Put1M", bench_put1m},
     {"Put4M", bench_put4m}, {"Get64K", bench_get64k}, {"Get1M", bench_get1m},
     {"Get4M", bench_get4m}, {"ProgressIdle", bench_progress_idle},
     {"Crossing", bench_crossing},
