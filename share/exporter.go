@@ -47,6 +47,7 @@ type exporterOptions struct {
 	dialed    []string
 	config    [][2]string
 	name      string
+	events    chan<- Event
 }
 
 // WithMode chooses how memory is shared (default ModeAuto: ModeExport
@@ -620,6 +621,10 @@ func (e *Exporter) Serve(l net.Listener) error {
 		}
 		s := e.newSession(c)
 		if s == nil {
+			if !e.isClosed() {
+				e.emit(Event{Kind: EventRefused, Remote: c.RemoteAddr().String(),
+					Err: errs.New("share: serve", ErrRefused, "over a handshake limit (Limits): closed unanswered")})
+			}
 			c.Close() // over a limit, or closed: no goroutine, no byte read
 			continue
 		}

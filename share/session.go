@@ -33,6 +33,9 @@ type Session struct {
 	started time.Time
 	dp      *datapath.Proc // rkey mode: the session's data-path process
 	peerUCX ucs.Version
+	// refusedEvent: its handshake failed, and EventRefused was its event
+	// (set by serve before end, which reads it).
+	refusedEvent bool
 
 	wmu sync.Mutex // one frame at a time on conn
 
@@ -160,9 +163,12 @@ func (s *Session) serve() {
 	s.e.handshakeOver(s)
 	if err != nil {
 		s.e.st.refused.Add(1)
+		s.refusedEvent = true
+		s.event(EventRefused, "", err)
 		s.end(err, false)
 		return
 	}
+	s.event(EventOpened, "", nil)
 	if s.dp != nil {
 		go func() {
 			select {
@@ -542,6 +548,7 @@ func (s *Session) expire(g *generation) {
 		return
 	}
 	s.e.st.expired.Add(1)
+	s.event(EventExpired, g.region, nil)
 	t := time.NewTimer(s.e.o.ack)
 	defer t.Stop()
 	select {
@@ -574,6 +581,7 @@ func (s *Session) acked(m *ackMsg) {
 	s.e.st.acks.Add(1)
 	g.acked = true
 	g.unmap()
+	s.event(EventAcknowledged, m.Region, nil)
 }
 
 // unmap ends the generation's registration: in export mode the exporter
@@ -644,5 +652,8 @@ func (s *Session) end(err error, graceful bool) {
 	e.mu.Lock()
 	delete(e.sessions, s)
 	e.mu.Unlock()
+	if !s.refusedEvent { // a refused session's one event was EventRefused
+		s.event(EventEnded, "", err)
+	}
 	close(s.done)
 }

@@ -27,8 +27,9 @@ type ExporterStats struct {
 	Acks         int64          `json:"acks"`          // acknowledgements received
 	Forced       int64          `json:"forced"`        // sessions ended by force while holding registrations
 	ForcedUnmaps int64          `json:"forced_unmaps"` // registrations unmapped without an acknowledgement (Remove, Rotate at ctx's end)
-	Errors       int64          `json:"errors"`        // sessions that ended with an error
-	Sessions     []SessionStats `json:"sessions"`
+	Errors        int64          `json:"errors"`         // sessions that ended with an error
+	EventsDropped int64          `json:"events_dropped"` // events that found the WithEvents channel full
+	Sessions      []SessionStats `json:"sessions"`
 }
 
 // SessionStats are one importer's session at the exporter.
@@ -60,7 +61,7 @@ type ImporterStats struct {
 }
 
 type exporterCounters struct {
-	regions, served, ended, refused, throttled, grants, revocations, expired, rotations, acks, forced, forcedUnmaps, errors atomic.Int64
+	regions, served, ended, refused, throttled, grants, revocations, expired, rotations, acks, forced, forcedUnmaps, errors, eventsDropped atomic.Int64
 }
 
 type sessionCounters struct {
@@ -77,7 +78,7 @@ func (e *Exporter) Stats() ExporterStats {
 	st := ExporterStats{Mode: e.mode.String(), Regions: c.regions.Load(), Served: c.served.Load(), Ended: c.ended.Load(),
 		Refused: c.refused.Load(), Throttled: c.throttled.Load(), Grants: c.grants.Load(), Revocations: c.revocations.Load(),
 		Expired: c.expired.Load(), Rotations: c.rotations.Load(), Acks: c.acks.Load(),
-		Forced: c.forced.Load(), ForcedUnmaps: c.forcedUnmaps.Load(), Errors: c.errors.Load()}
+		Forced: c.forced.Load(), ForcedUnmaps: c.forcedUnmaps.Load(), Errors: c.errors.Load(), EventsDropped: c.eventsDropped.Load()}
 	for _, s := range e.Sessions() {
 		st.Sessions = append(st.Sessions, s.Stats())
 	}

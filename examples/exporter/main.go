@@ -98,7 +98,8 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 	defer inboxMem.Close()
 	data, inbox := dataMem.Bytes(), inboxMem.Bytes()
 	demo.Fill(data, demo.DataSeed)
-	e, err := share.NewExporter(sealer, share.WithMode(m), share.WithLease(*lease), share.WithAckTimeout(*ackWait))
+	events := make(chan share.Event, 256) // a session's events: this program's only view of them
+	e, err := share.NewExporter(sealer, share.WithMode(m), share.WithLease(*lease), share.WithAckTimeout(*ackWait), share.WithEvents(events))
 	if err != nil {
 		return 1, err
 	}
@@ -120,35 +121,37 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 		}
 	}
 
-	// Sessions are found by polling; the inbox is checked at their end.
-	open := map[*share.Session]bool{}
-	scan := func() {
-		for _, s := range e.Sessions() {
-			if !open[s] {
-				open[s] = true
-				say("%s opened", s)
+	// Sessions come as events; the inbox is checked at their end.
+	open := map[share.SessionID]bool{}
+	refused := 0
+	handle := func(ev share.Event) {
+		switch ev.Kind {
+		case share.EventOpened:
+			open[ev.Session] = true
+			say("%v", ev)
+		case share.EventRefused:
+			refused++
+			say("%v", ev)
+		case share.EventEnded:
+			delete(open, ev.Session)
+			what := "inbox verified"
+			if err := demo.Verify(inbox, demo.InboxSeed); err == nil {
+				sum.InboxVerified++
+			} else if slices.ContainsFunc(inbox, func(b byte) bool { return b != 0 }) {
+				what, sum.InboxFailed = "inbox FAILED: "+err.Error(), sum.InboxFailed+1
+			} else {
+				what, sum.Untouched = "inbox untouched", sum.Untouched+1
 			}
+			say("%v; %s", ev, what)
+			if len(open) == 0 {
+				clear(inbox)
+			}
+		case share.EventExpired:
+			say("%v", ev)
 		}
+		// EventAcknowledged: one per rotation of each session; counted in Stats.
 	}
-	ended := func(s *share.Session) {
-		delete(open, s)
-		what := "inbox verified"
-		if err := demo.Verify(inbox, demo.InboxSeed); err == nil {
-			sum.InboxVerified++
-		} else if slices.ContainsFunc(inbox, func(b byte) bool { return b != 0 }) {
-			what, sum.InboxFailed = "inbox FAILED: "+err.Error(), sum.InboxFailed+1
-		} else {
-			what, sum.Untouched = "inbox untouched", sum.Untouched+1
-		}
-		if err := s.Err(); err != nil {
-			what += "; the session ended with an error: " + err.Error()
-		}
-		say("%s ended; %s", s, what)
-		if len(open) == 0 && len(e.Sessions()) == 0 {
-			clear(inbox)
-		}
-	}
-	poll, rotations := time.Tick(10*time.Millisecond), time.Tick(*rotate) // nil: never
+	rotations := time.Tick(*rotate) // nil: never
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -161,22 +164,14 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 				}
 				cancel()
 			}
-		case <-poll:
+		case ev := <-events:
+			handle(ev)
 		}
-		scan()
-		for s := range open {
-			select {
-			case <-s.Done():
-				ended(s)
-			default:
-			}
-		}
-		// Sessions ended: refused at the handshake, or seen and checked.
-		done = done || *serve > 0 && int(e.Stats().Refused)+sum.InboxVerified+sum.InboxFailed+sum.Untouched >= *serve
+		// Sessions ended: refused at the handshake, or opened and checked.
+		done = done || *serve > 0 && refused+sum.InboxVerified+sum.InboxFailed+sum.Untouched >= *serve
 	}
 
 	l.Close() // the end: no new sessions; those left are revoked and waited for
-	scan()
 	before := e.Stats()
 	rctx, cancel := context.WithTimeout(context.Background(), *ackWait)
 	rev, rerr := e.Revoke(rctx)
@@ -191,9 +186,8 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 	sum.Acked = rerr == nil && len(rev.Forced) == 0 && len(rev.Ended) == 0
 	say("revoke at exit: %d importer(s) holding %d registration(s): %d acknowledgement(s), %d closed by force; every importer acknowledged: %t",
 		sum.Revoked, held, sum.Acks, sum.Forced, sum.Acked)
-	for s := range open {
-		<-s.Done()
-		ended(s)
+	for len(open) > 0 { // each revoked session ends: its importer closes, or is closed by force
+		handle(<-events)
 	}
 	if *asJSON {
 		json.NewEncoder(os.Stdout).Encode(sum)
