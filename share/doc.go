@@ -119,7 +119,18 @@
 // bytes); in export mode straight from the imported mapping. One offload
 // call runs at a time per session.
 //
-// # Counters
+// # Events, errors and counters
+//
+// WithEvents sends an exporter's session events (opened, refused and why,
+// acknowledged, expired, ended) to a channel the program selects on; an
+// Event names the session as the importer's SessionID does.
+//
+// Every condition a program on this package tells apart has a name here,
+// checked with one errors.Is: ErrRevoked, ErrAccess, ErrRefused, ErrSeal,
+// ErrGrant, ErrProtocol, and the conditions shared with the binding
+// beneath (ErrClosed, ErrTimedOut, ErrCanceled, ErrNoRegion, ErrExists,
+// ErrOutOfRange, ErrBusy, ErrUnsupported, ErrInvalid, ErrReset: the same
+// values as package ucs's).
 //
 // Exporter.Stats, Session.Stats and Importer.Stats return counters as
 // structs; WithExpvarName and WithImporterExpvarName publish them through

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -134,12 +135,13 @@ type Importer struct {
 	readDone chan struct{}
 	// loopStarted: the read loop runs (after the handshake), and closes
 	// readDone when it ends.
-	loopStarted bool
-	dpEnded     string    // why the data path ended, when that ended the session
-	lastGen     uint64    // the newest generation granted in this session
-	closing     bool      // shutting down: grants for new regions are dropped
-	every       []*Region // every region made, those replaced by a newer one of their id too
-	regionsWG   sync.WaitGroup
+	loopStarted  bool
+	dpEnded      string      // why the data path ended, when that ended the session
+	lastGen      uint64      // the newest generation granted in this session
+	closing      bool        // shutting down: grants for new regions are dropped
+	closedByUser atomic.Bool // Close was called: a region's calls then fail with ErrClosed
+	every        []*Region   // every region made, those replaced by a newer one of their id too
+	regionsWG    sync.WaitGroup
 
 	st importerCounters
 }
@@ -836,6 +838,7 @@ func (imp *Importer) Close() error {
 		return nil
 	}
 	imp.closed = true
+	imp.closedByUser.Store(true)
 	imp.mu.Unlock()
 	imp.shutdown("the importer was closed", true)
 	if imp.o.name != "" {

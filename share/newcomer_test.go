@@ -346,7 +346,7 @@ func TestNewcomerRegionAfterImporterClose(t *testing.T) {
 	require.Error(t, err)
 	t.Logf("ReadAt after Importer.Close: %v (ErrRevoked=%v, ErrClosed=%v)",
 		err, errors.Is(err, share.ErrRevoked), errors.Is(err, ucs.ErrClosed))
-	assert.True(t, errors.Is(err, share.ErrRevoked) || errors.Is(err, ucs.ErrClosed), "%v", err)
+	assert.ErrorIs(t, err, share.ErrClosed, "the program closed the importer: closed, not revoked")
 	var ue *ucs.Error
 	assert.True(t, errors.As(err, &ue))
 

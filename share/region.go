@@ -89,7 +89,7 @@ func (r *Region) Len() int { return r.length }
 
 // Access is what the grant in use allows: ReadAt needs ReadOnly, WriteAt
 // WriteOnly (ReadWrite allows both); a call it does not allow fails with
-// an error wrapping ucs.ErrNotImplemented. It is 0 once no grant is in
+// an error wrapping ErrAccess. It is 0 once no grant is in
 // use (revoked).
 func (r *Region) Access() Access {
 	r.mu.Lock()
@@ -302,6 +302,9 @@ func (r *Region) acquire(op string, write bool) (*igen, error) {
 		r.cond.Wait()
 	}
 	if r.err != nil {
+		if r.imp.closedByUser.Load() { // the program's own Close: closed, not revoked
+			return nil, &ucs.Error{Op: op, Err: ErrClosed, Reason: "the importer was closed", Wrapped: r.err}
+		}
 		return nil, &ucs.Error{Op: op, Err: ErrRevoked, Reason: "region " + r.id + " is revoked", Wrapped: r.err}
 	}
 	g := r.cur
@@ -316,7 +319,7 @@ func (r *Region) acquire(op string, write bool) (*igen, error) {
 		need, what = ucp.ProtRemoteWrite, "write"
 	}
 	if ucp.Prot(g.g.Prot)&need == 0 {
-		return nil, errs.New(op, ucs.ErrNotImplemented, "region %s is granted %s: no remote %s", r.id, accessOf(ucp.Prot(g.g.Prot)), what)
+		return nil, errs.New(op, ErrAccess, "region %s is granted %s: no remote %s", r.id, accessOf(ucp.Prot(g.g.Prot)), what)
 	}
 	g.refs++
 	return g, nil

@@ -534,6 +534,9 @@ func (s *Session) revokeGen(g *generation, reason uint8) bool {
 	if first {
 		s.st.revocations.Add(1)
 		s.e.st.revocations.Add(1)
+		if reason == reasonExpired { // before the revoke: its acknowledgement comes after
+			s.event(EventExpired, g.region, nil)
+		}
 		if err := s.send(frameRevoke, (&revokeMsg{Gen: g.gen, Reason: reason, Region: g.region}).encode()); err != nil {
 			go s.end(err, false)
 		}
@@ -548,7 +551,6 @@ func (s *Session) expire(g *generation) {
 		return
 	}
 	s.e.st.expired.Add(1)
-	s.event(EventExpired, g.region, nil)
 	t := time.NewTimer(s.e.o.ack)
 	defer t.Stop()
 	select {

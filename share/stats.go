@@ -13,20 +13,20 @@ import (
 // exporter cannot count the bytes importers move: RMA is one-sided, so
 // the importer's ImporterStats count them.
 type ExporterStats struct {
-	Mode         string         `json:"mode"`
-	Regions      int64          `json:"regions"`       // shared now
-	Importers    int            `json:"importers"`     // sessions open now
-	Served       int64          `json:"served"`        // sessions accepted in all
-	Ended        int64          `json:"ended"`         // sessions ended in all (refused ones among them)
-	Refused      int64          `json:"refused"`       // sessions refused at the handshake
-	Throttled    int64          `json:"throttled"`     // connections closed unanswered over a handshake limit (Limits)
-	Grants       int64          `json:"grants"`        // grants sent (one registration each)
-	Revocations  int64          `json:"revocations"`   // revocations sent
-	Expired      int64          `json:"expired"`       // of which for an expired lease
-	Rotations    int64          `json:"rotations"`     // Rotate calls
-	Acks         int64          `json:"acks"`          // acknowledgements received
-	Forced       int64          `json:"forced"`        // sessions ended by force while holding registrations
-	ForcedUnmaps int64          `json:"forced_unmaps"` // registrations unmapped without an acknowledgement (Remove, Rotate at ctx's end)
+	Mode          string         `json:"mode"`
+	Regions       int64          `json:"regions"`        // shared now
+	Importers     int            `json:"importers"`      // sessions open now
+	Served        int64          `json:"served"`         // sessions accepted in all
+	Ended         int64          `json:"ended"`          // sessions ended in all (refused ones among them)
+	Refused       int64          `json:"refused"`        // sessions refused at the handshake
+	Throttled     int64          `json:"throttled"`      // connections closed unanswered over a handshake limit (Limits)
+	Grants        int64          `json:"grants"`         // grants sent (one registration each)
+	Revocations   int64          `json:"revocations"`    // revocations sent
+	Expired       int64          `json:"expired"`        // of which for an expired lease
+	Rotations     int64          `json:"rotations"`      // Rotate calls
+	Acks          int64          `json:"acks"`           // acknowledgements received
+	Forced        int64          `json:"forced"`         // sessions ended by force while holding registrations
+	ForcedUnmaps  int64          `json:"forced_unmaps"`  // registrations unmapped without an acknowledgement (Remove, Rotate at ctx's end)
 	Errors        int64          `json:"errors"`         // sessions that ended with an error
 	EventsDropped int64          `json:"events_dropped"` // events that found the WithEvents channel full
 	Sessions      []SessionStats `json:"sessions"`
