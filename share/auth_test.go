@@ -245,7 +245,7 @@ func TestTLSBindsTheProofs(t *testing.T) {
 
 	raw, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
-	imp, err := share.Open(ctx, tls.Client(raw, cliCfg), sealer(t))
+	imp, err := share.NewImporter(ctx, tls.Client(raw, cliCfg), sealer(t))
 	require.NoError(t, err, "a session over TLS")
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestTLSBindsTheProofs(t *testing.T) {
 	}()
 	raw, err = net.Dial("tcp", relayL.Addr().String())
 	require.NoError(t, err)
-	_, err = share.Open(ctx, tls.Client(raw, cliCfg), sealer(t))
+	_, err = share.NewImporter(ctx, tls.Client(raw, cliCfg), sealer(t))
 	require.ErrorIs(t, err, share.ErrSeal, "a session through a TLS-terminating relay")
 	assert.ErrorContains(t, err, "did not prove the shared secret")
 	assert.Equal(t, int64(1), e.Stats().Grants, "the one grant of the direct session")

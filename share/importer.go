@@ -28,7 +28,7 @@ const (
 	DefaultStaging = 4 << 20
 )
 
-// ImporterOption configures Dial and Open.
+// ImporterOption configures Dial and NewImporter.
 type ImporterOption func(*importerOptions)
 
 type importerOptions struct {
@@ -43,7 +43,7 @@ type importerOptions struct {
 }
 
 // WithRequireMode makes the session fail unless the exporter runs in mode
-// m (default ModeAuto: whichever it offers): Dial and Open fail with an
+// m (default ModeAuto: whichever it offers): Dial and NewImporter fail with an
 // error wrapping ErrRefused when the exporter runs in another mode, and,
 // for ModeExport on a machine where no memory domain can import exported
 // keys (uct.HaveExportedMkey), with one wrapping ucs.ErrUnsupported
@@ -64,7 +64,7 @@ func WithChunk(n int) ImporterOption { return func(o *importerOptions) { o.chunk
 func WithStaging(n int) ImporterOption { return func(o *importerOptions) { o.staging = n } }
 
 // WithDialTimeout bounds the session's handshake (default
-// DefaultHandshakeTimeout), within the ctx of Dial or Open.
+// DefaultHandshakeTimeout), within the ctx of Dial or NewImporter.
 func WithDialTimeout(d time.Duration) ImporterOption {
 	return func(o *importerOptions) { o.handshake = d }
 }
@@ -81,7 +81,7 @@ func WithImporterUCXConfig(name, value string) ImporterOption {
 
 // WithImporterExpvarName publishes the importer's Stats through package
 // expvar, as the key "importer.<name>" of the map "ucxshare", until Close;
-// a name another importer holds makes Dial and Open fail
+// a name another importer holds makes Dial and NewImporter fail
 // (ucs.ErrAlreadyExists).
 func WithImporterExpvarName(name string) ImporterOption {
 	return func(o *importerOptions) { o.name = name }
@@ -161,7 +161,7 @@ func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...I
 		}
 		return nil, &ucs.Error{Op: "share: dial", Err: cause, Wrapped: err}
 	}
-	imp, err := Open(ctx, c, sealer, opts...)
+	imp, err := NewImporter(ctx, c, sealer, opts...)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -169,7 +169,7 @@ func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...I
 	return imp, nil
 }
 
-// Open opens a session over conn, a connection to an exporter's Serve (a
+// NewImporter opens a session over conn, a connection to an exporter's Serve (a
 // TCP or Unix-socket connection, or a *tls.Conn over one): the exporter
 // proves it holds the sealing secret, then this side does, both over the
 // connection; then the UCX releases are checked on both sides and the
@@ -179,11 +179,11 @@ func Dial(ctx context.Context, network, address string, sealer Sealer, opts ...I
 // on.
 //
 // A party that does not prove the secret (another secret, or a relay
-// between this side and the exporter) fails Open with an error wrapping
+// between this side and the exporter) fails NewImporter with an error wrapping
 // ErrSeal, and gets no proof from this side; an exporter that refuses
 // (another protocol version or UCX release, a mode, its limits) fails it
 // with ErrRefused and says why.
-func Open(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOption) (*Importer, error) {
+func NewImporter(ctx context.Context, conn net.Conn, sealer Sealer, opts ...ImporterOption) (*Importer, error) {
 	const op = "share: open session"
 	if sealer == nil {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "a Sealer is required (NewHMACSealer)")

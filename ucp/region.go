@@ -156,8 +156,9 @@ func (ep *Endpoint) UnpackRegion(ctx context.Context, packed []byte) (RemoteRegi
 	return RemoteRegion{key: rk, base: base, n: int(n)}, nil
 }
 
-// Base is the region's address in the peer.
-func (r RemoteRegion) Base() uint64 { return r.base }
+// Address is the region's first byte in the peer's address space (as the
+// peer's Mem.Address names it).
+func (r RemoteRegion) Address() uint64 { return r.base }
 
 // Len is the region's length.
 func (r RemoteRegion) Len() int { return r.n }

@@ -30,7 +30,7 @@ func TestRemoteRegionReadWriteAt(t *testing.T) {
 	key := region.Key()
 	defer key.Close()
 	assert.Equal(t, target.Len(), region.Len())
-	assert.Equal(t, target.Address(), region.Base())
+	assert.Equal(t, target.Address(), region.Address())
 
 	// The key knows the peer's mapping: a region past it is refused (a
 	// 1 GiB region on a 64 KiB mapping made the peer read other memory

@@ -58,7 +58,7 @@ func TestExportFallbackEveryLength(t *testing.T) {
 		}
 		region, err := p.ep.UnpackRegion(waitCtx(t), key)
 		require.NoError(t, err, "length %d", n)
-		assert.Equal(t, mem.Address(), region.Base())
+		assert.Equal(t, mem.Address(), region.Address())
 		assert.Equal(t, mem.Len(), region.Len())
 		if n > 0 {
 			_, err = region.WriteAt([]byte("fallback"), 16)

@@ -2,7 +2,6 @@ package uct
 
 import (
 	"github.com/ucxgo/ucx/internal/errs"
-	"math"
 	"runtime"
 	"unsafe"
 
@@ -67,15 +66,12 @@ func (m *MD) Register(b []byte, flags MemFlags) (*Mem, error) {
 
 // RegisterPointer registers n bytes at p, memory that is not managed by the
 // Go runtime (C or mmap'ed memory). The caller keeps it valid until Close.
-func (m *MD) RegisterPointer(p unsafe.Pointer, n uintptr, flags MemFlags) (*Mem, error) {
-	if p == nil || n == 0 {
-		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "nil pointer or zero length")
-	}
-	if n > math.MaxInt {
-		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "length %d is more than a Go slice can hold", n)
+func (m *MD) RegisterPointer(p unsafe.Pointer, n int, flags MemFlags) (*Mem, error) {
+	if p == nil || n <= 0 {
+		return nil, errs.New(m.ops().register, ucs.ErrInvalidParam, "nil pointer or a length that is not positive")
 	}
 	mem := new(Mem)
-	if err := m.register(mem, p, n, flags); err != nil {
+	if err := m.register(mem, p, uintptr(n), flags); err != nil {
 		return nil, err
 	}
 	return mem, nil
@@ -193,12 +189,13 @@ func (mem *Mem) Len() int {
 	return int(mem.size)
 }
 
-// Address is the memory's first byte in this process (0 for attached memory).
-func (mem *Mem) Address() uintptr {
+// Address is the memory's first byte in this process (0 for attached
+// memory), as ucp's Mem.Address: a virtual address, uint64 in both layers.
+func (mem *Mem) Address() uint64 {
 	if mem == nil {
 		return 0
 	}
-	return uintptr(mem.addr)
+	return uint64(uintptr(mem.addr))
 }
 
 // Bytes is the memory as a slice, valid until Close. Imported memory lives

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"math"
 	"runtime"
 	"syscall"
 	"testing"
@@ -136,7 +135,7 @@ func TestRegisterEmptyRefused(t *testing.T) {
 	// A length no slice can hold: self, tcp and cma took it, and Bytes
 	// then panicked in unsafe.Slice.
 	var b [8]byte
-	_, err = md.RegisterPointer(unsafe.Pointer(&b[0]), math.MaxUint64, 0)
+	_, err = md.RegisterPointer(unsafe.Pointer(&b[0]), -1, 0)
 	require.ErrorIs(t, err, ucs.ErrInvalidParam)
 }
 
@@ -146,9 +145,9 @@ func TestRegisterCMemory(t *testing.T) {
 	region, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	require.NoError(t, err)
 	defer syscall.Munmap(region)
-	mem, err := md.RegisterPointer(unsafe.Pointer(&region[0]), uintptr(len(region)), uct.MemAccessAll)
+	mem, err := md.RegisterPointer(unsafe.Pointer(&region[0]), len(region), uct.MemAccessAll)
 	require.NoError(t, err)
-	assert.Equal(t, uintptr(unsafe.Pointer(&region[0])), mem.Address())
+	assert.Equal(t, uint64(uintptr(unsafe.Pointer(&region[0]))), mem.Address())
 	require.NoError(t, mem.Close())
 }
 

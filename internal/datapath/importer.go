@@ -144,7 +144,7 @@ func (imp *importer) do(m message) {
 		if dup {
 			old.Key().Close()
 		}
-		c.send(message{Op: "unpacked", Seq: m.Seq, Gen: m.Gen, Addr: rr.Base(), Len: uint64(rr.Len())})
+		c.send(message{Op: "unpacked", Seq: m.Seq, Gen: m.Gen, Addr: rr.Address(), Len: uint64(rr.Len())})
 	case "drop":
 		imp.mu.Lock()
 		rr, ok := imp.regions[m.Gen]
