@@ -6,25 +6,27 @@
 // and a region's memory is never released while an importer can still
 // reach it.
 //
-// The exporter side:
+// The exporter side (each err checked; the README's pair, compiled and run
+// by share/readme_test.go, shows it whole):
 //
-//	sealer, _ := share.NewHMACSealer(secret) // the same secret on both sides
-//	mem, err := share.NewMemory(64 << 20)    // shareable memory: fill mem.Bytes()
-//	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour))
-//	exp.Add("frames", mem, share.ReadWrite)
-//	l, _ := net.Listen("tcp", ":13337")
-//	go exp.Serve(l)
+//	sealer, err := share.NewHMACSealer(secret) // the same secret on both sides
+//	mem, err := share.NewMemory(64 << 20)      // shareable memory: fill mem.Bytes()
+//	events := make(chan share.Event, 64)       // opened, refused, acknowledged, expired, ended
+//	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour), share.WithEvents(events))
+//	err = exp.Add("frames", mem, share.ReadWrite)
+//	l, err := net.Listen("tcp", hostAddr)      // the host's address facing the DPU
+//	go func() { served <- exp.Serve(l) }()
 //	...
-//	exp.Close() // revokes every importer, waits for them, unmaps
-//	mem.Close()
+//	err = exp.Close() // revokes every importer, waits for them, unmaps
+//	err = mem.Close()
 //
 // The importer side:
 //
-//	imp, err := share.Dial(ctx, "tcp", "host:13337", sealer)
+//	imp, err := share.Dial(ctx, "tcp", hostAddr, sealer)
 //	frames, err := imp.Region("frames")
 //	n, err := frames.ReadAt(p, off) // io.ReaderAt, pipelined
 //	<-imp.Revoked()                 // the exporter took it back
-//	imp.Close()                     // acknowledges
+//	err = imp.Close()               // acknowledges
 //
 // # Modes
 //
