@@ -432,7 +432,8 @@ const (
 	AtomicCSwap = C.UCP_ATOMIC_OP_CSWAP
 )
 
-// AllocWords returns n zeroed 8-byte words of C memory, never freed by Go:
+// AllocWords returns n zeroed 8-byte words of C memory, never freed by Go
+// (Atomic's operand and reply must be such memory):
 // the operand and reply of atomics, which UCX may touch until they
 // complete, without pinning Go memory for each.
 func AllocWords(n int) unsafe.Pointer { return C.calloc(C.size_t(n), 8) }
@@ -440,7 +441,7 @@ func AllocWords(n int) unsafe.Pointer { return C.calloc(C.size_t(n), 8) }
 // Atomic starts ucp_atomic_op_nbx of one size-byte word at raddr; operand
 // and reply (nil for a post), C memory, must stay valid until it completes.
 func (e Endpoint) Atomic(op uint, size uintptr, operand, reply unsafe.Pointer, raddr uint64, rkey Rkey) Request {
-	return request(C.ucxgo_atomic(e.p, C.unsigned(op), C.unsigned(size), operand, reply, C.uint64_t(raddr), rkey.p))
+	return request(C.ucxgo_atomic(e.p, C.unsigned(op), C.unsigned(size), C.uintptr_t(uintptr(operand)), C.uintptr_t(uintptr(reply)), C.uint64_t(raddr), rkey.p))
 }
 
 // TagSend starts ucp_tag_send_nbx of n bytes at buf with tag.

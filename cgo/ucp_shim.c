@@ -950,17 +950,17 @@ ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *e, void *buf, size_t len,
 /* No memh (UCX refuses one for atomics); NO_IMM_CMPL is not asked for, so
  * a post UCX packed at once completes at once. */
 ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *e, unsigned op, unsigned size,
-                              const void *operand, void *reply, uint64_t raddr,
+                              uintptr_t operand, uintptr_t reply, uint64_t raddr,
                               ucp_rkey_h rkey)
 {
     ucp_request_param_t param;
     ucxgo_request_param(&param, e->worker, NULL);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype      = ucp_dt_make_contig(size);
-    if (reply != NULL) {
+    if (reply != 0) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-        param.reply_buffer  = reply;
+        param.reply_buffer  = (void *)reply;
     }
-    return ucp_atomic_op_nbx(e->ep, (ucp_atomic_op_t)op, operand, 1, raddr,
-                             rkey, &param);
+    return ucp_atomic_op_nbx(e->ep, (ucp_atomic_op_t)op, (const void *)operand,
+                             1, raddr, rkey, &param);
 }

@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"context"
-	"sync"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
@@ -37,42 +36,46 @@ type amoSlot struct{ p unsafe.Pointer }
 func (s *amoSlot) operand() unsafe.Pointer { return s.p }
 func (s *amoSlot) reply() unsafe.Pointer   { return unsafe.Add(s.p, 8) }
 
-// amoSlots holds the free slots. Slots are made in chunks and never freed:
-// there are as many as atomics were ever in flight at once (a sync.Pool
+// A worker's free slots are its engine's, under the worker's lock (held
+// anyway for the UCX call): slots are made in chunks and never freed, as
+// many as atomics were ever in flight at once on the worker (a sync.Pool
 // would drop slots, and their C memory, at a collection). A slot returns
-// here when UCX is done with it: at once, or when its operation completes.
-var amoSlots struct {
-	mu   sync.Mutex
-	free []*amoSlot
-}
-
+// when UCX is done with it: at once, or when its operation completes.
 const amoChunk = 64 // slots made at once
 
-func getSlot() *amoSlot {
-	amoSlots.mu.Lock()
-	defer amoSlots.mu.Unlock()
-	if len(amoSlots.free) == 0 {
+// getSlotLocked takes a free slot; called with mu held.
+func (e *engine) getSlotLocked() *amoSlot {
+	if len(e.slots) == 0 {
 		words := cgo.AllocWords(2 * amoChunk)
 		if words == nil {
 			panic("ucp: out of C memory for atomics")
 		}
 		for i := range amoChunk {
-			amoSlots.free = append(amoSlots.free, &amoSlot{unsafe.Add(words, 16*i)})
+			e.slots = append(e.slots, &amoSlot{unsafe.Add(words, 16*i)})
 		}
 	}
-	s := amoSlots.free[len(amoSlots.free)-1]
-	amoSlots.free = amoSlots.free[:len(amoSlots.free)-1]
+	s := e.slots[len(e.slots)-1]
+	e.slots = e.slots[:len(e.slots)-1]
 	return s
 }
 
-func putSlot(s *amoSlot) {
-	amoSlots.mu.Lock()
-	amoSlots.free = append(amoSlots.free, s)
-	amoSlots.mu.Unlock()
+// putSlot gives s back to e's free slots.
+func (e *engine) putSlot(s *amoSlot) {
+	e.mu.Lock()
+	e.slots = append(e.slots, s)
+	e.mu.Unlock()
 }
 
 // amoOp names an atomic for errors.
-var amoOp = map[uint]string{cgo.AtomicAdd: "ucp: atomic add", cgo.AtomicSwap: "ucp: atomic swap", cgo.AtomicCSwap: "ucp: atomic compare-and-swap"}
+func amoOp(code uint) string {
+	switch code {
+	case cgo.AtomicSwap:
+		return "ucp: atomic swap"
+	case cgo.AtomicCSwap:
+		return "ucp: atomic compare-and-swap"
+	}
+	return "ucp: atomic add"
+}
 
 // Add32 adds v to the 4-byte word at off.
 func (r RemoteRegion) Add32(off int, v uint32) (Request, error) {
@@ -138,54 +141,47 @@ func word(p unsafe.Pointer, size int) uint64 {
 }
 
 func (r RemoteRegion) post(off, size int, v uint64) (Request, error) {
-	const op = "ucp: atomic add"
-	s := getSlot()
-	setWord(s.operand(), size, v)
-	req, done, err := r.atomic(op, cgo.AtomicAdd, off, size, s, false)
-	if err != nil || done {
-		putSlot(s) // UCX holds nothing of it
-		return req, err
-	}
-	req.p.fl.slot = s // back to the free slots when UCX is done with it
-	return req, nil
+	req, _, _, err := r.atomic("ucp: atomic add", cgo.AtomicAdd, off, size, v, 0, false)
+	return req, err
 }
 
 func (r RemoteRegion) fetch(ctx context.Context, code uint, off, size int, v, swap uint64) (uint64, error) {
-	op := amoOp[code]
-	s := getSlot()
-	setWord(s.operand(), size, v)
-	setWord(s.reply(), size, swap)
-	req, _, err := r.atomic(op, code, off, size, s, true)
-	if err != nil {
-		putSlot(s)
-		return 0, err
+	op := amoOp(code)
+	req, old, s, err := r.atomic(op, code, off, size, v, swap, true)
+	if err != nil || s == nil { // refused, or completed at once (shared memory): old is in
+		return old, err
 	}
-	if err := req.Wait(ctx); err != nil {
-		if !req.Done() {
-			// Given up (ctx ended) in flight: the slot goes back when UCX
-			// completes the operation, which the worker then releases.
-			req.p.mu.Lock()
-			req.p.fl.slot = s
-			req.p.mu.Unlock()
-			req.Detach()
+	e := r.key.ep.w.engine
+	if err := req.wait(ctx, nil); err != nil {
+		if req.Done() { // failed: UCX is done with the slot
+			e.putSlot(s)
 			return 0, err
 		}
-		putSlot(s) // failed: UCX is done with it
+		// Given up (ctx ended) in flight: the slot goes back when UCX
+		// completes the operation, which the worker then releases.
+		req.p.mu.Lock()
+		req.p.fl.slot = s
+		req.p.mu.Unlock()
+		req.Detach()
 		return 0, err
 	}
-	old := word(s.reply(), size)
-	putSlot(s)
+	old = word(s.reply(), size)
+	e.putSlot(s)
 	return old, nil
 }
 
-// atomic checks the word and starts the operation with s pinned until it
-// completes; done reports one that completed at once (s is free again).
-func (r RemoteRegion) atomic(op string, code uint, off, size int, s *amoSlot, fetch bool) (Request, bool, error) {
+// atomic checks the word and starts the operation with operand v (and
+// swap for a compare-and-swap) in a slot of the worker: a post's request
+// holds it until it completes, an in-flight fetch hands it to the caller,
+// which reads the reply and frees it. One that completes at once
+// (completedOK) frees its slot at once, and a fetch's old value is
+// returned then.
+func (r RemoteRegion) atomic(op string, code uint, off, size int, v, swap uint64, fetch bool) (Request, uint64, *amoSlot, error) {
 	if err := r.check(op, off, size); err != nil {
-		return Request{}, false, err
+		return Request{}, 0, nil, err
 	}
 	if addr := r.base + uint64(off); addr%uint64(size) != 0 {
-		return Request{}, false, errs.New(op, ucs.ErrInvalidParam, "the %d-byte word at %#x (offset %d) is not aligned to its size", size, addr, off)
+		return Request{}, 0, nil, errs.New(op, ucs.ErrInvalidParam, "the %d-byte word at %#x (offset %d) is not aligned to its size", size, addr, off)
 	}
 	feature, name := FeatureAMO64, "FeatureAMO64"
 	if size == 4 {
@@ -193,29 +189,51 @@ func (r RemoteRegion) atomic(op string, code uint, off, size int, s *amoSlot, fe
 	}
 	ep, rkey := r.key.ep, r.key
 	if ep.w.ctx.features&feature == 0 {
-		return Request{}, false, errs.New(op, ucs.ErrUnsupported, "the context was made without %s (see WithFeatures)", name)
+		return Request{}, 0, nil, errs.New(op, ucs.ErrUnsupported, "the context was made without %s (see WithFeatures)", name)
 	}
 	if ep.peerErr {
 		// UCX's atomic protocols (protocol selection v2, the default from
 		// 1.16 to 1.22: src/ucp/rma/amo_sw.c and amo_offload.c) serve no
 		// endpoint with peer error handling: 1.18.1 canceled the operation,
 		// 1.22.0 aborted the process in its error path (ucp_ep.c:2040).
-		return Request{}, false, errs.New(op, ucs.ErrUnsupported, "UCX performs no atomics on an endpoint with peer error handling: make it with WithPeerErrorHandling(false)")
+		return Request{}, 0, nil, errs.New(op, ucs.ErrUnsupported, "UCX performs no atomics on an endpoint with peer error handling: make it with WithPeerErrorHandling(false)")
 	}
 	if !rkey.res.Enter() {
-		return Request{}, false, closedError(op)
+		return Request{}, 0, nil, closedError(op)
 	}
 	defer rkey.res.Exit()
 	if err := ep.enter(op); err != nil {
-		return Request{}, false, err
+		return Request{}, 0, nil, err
 	}
 	defer ep.res.Exit()
+	w := ep.w
+	w.mu.Lock()
+	s := w.getSlotLocked()
+	setWord(s.operand(), size, v)
 	var reply unsafe.Pointer
 	if fetch {
 		reply = s.reply()
+		setWord(reply, size, swap)
 	}
-	ep.w.mu.Lock()
 	c := ep.c.Atomic(code, uintptr(size), s.operand(), reply, r.base+uint64(off), rkey.res.State.c)
-	ep.w.mu.Unlock()
-	return newRequest(ep.w, c, op, nil, rkey.res), c.P == nil, nil
+	var old uint64
+	if c.P == nil {
+		if fetch && c.St == 0 {
+			old = word(reply, size)
+		}
+		w.slots = append(w.slots, s) // UCX holds nothing of it
+	}
+	w.mu.Unlock()
+	if c.P == nil {
+		if c.St != 0 {
+			return Request{}, 0, nil, outcomeError(op, ucs.Status(c.St))
+		}
+		return Request{p: completedOK}, old, nil, nil
+	}
+	req := newRequest(w, c, op, nil, rkey.res)
+	if fetch {
+		return req, 0, s, nil // the caller reads the reply, then frees the slot
+	}
+	req.p.fl.slot = s // back to the free slots when UCX is done with it
+	return req, 0, nil, nil
 }

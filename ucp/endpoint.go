@@ -44,7 +44,10 @@ func endpointOpts(opts []EndpointOption) endpointOptions {
 type CloseMode int
 
 const (
-	// CloseFlush completes outstanding operations, then disconnects. On an
+	// CloseFlush completes outstanding operations, then disconnects. If
+	// the peer closed its end or failed first, it disconnects all the same
+	// and reports only operations that were lost: see Endpoint.Close for
+	// exactly what it returns. On an
 	// endpoint made through a listener with peer error handling (the
 	// default) it disconnects as CloseForce does once the flush completed:
 	// UCX's own flush close kept serving the peer's gets on the closing
@@ -102,16 +105,18 @@ var endpointIDs atomic.Uint64
 type endpointState struct {
 	w *Worker
 	c cgo.Endpoint
-	// gets are the endpoint's gets in flight, for a force close to wait
-	// for. A separate allocation: requests given to the worker keep it and
-	// must not keep the Endpoint.
-	gets    *getsInFlight
+	// ops are the endpoint's operations in flight: a force close waits
+	// for its gets, a flush close that met the peer's close asks whether
+	// one was lost. A separate allocation: requests given to the worker
+	// keep it and must not keep the Endpoint.
+	ops     *opsInFlight
 	wiring  *atomic.Bool // Endpoint.wiring
 	byClose bool         // Close closes the UCX endpoint itself; the release does only for a collected endpoint
 	// flushThenForce: CloseFlush flushes, then force-closes (see
 	// closeEndpoint); set for an endpoint made through a listener, with
 	// peer error handling.
 	flushThenForce bool
+	peerErr        bool // Endpoint.peerErr
 }
 
 // newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
@@ -136,8 +141,8 @@ func (w *Worker) newEndpoint(op, handshakeHint string, peerErr bool, create func
 	ep.wiring.Store(handshakeHint != "")
 	w.eps[c.Handle()] = weak.Make(ep)
 	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, gets: new(getsInFlight), wiring: ep.wiring,
-		flushThenForce: handshakeHint != "" && peerErr})
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, ops: new(opsInFlight), wiring: ep.wiring,
+		flushThenForce: handshakeHint != "" && peerErr, peerErr: peerErr})
 	handle.Track(ep, ep.res)
 	return ep, nil
 }
@@ -284,11 +289,34 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 
 // Close disconnects: CloseFlush completes outstanding operations first,
 // CloseForce drops them (see CloseForce). It waits (bounded by ctx) for UCX
-// to finish. The endpoint is closed whatever Close returns; an error of a
-// flush close says the flush did not complete (one wrapping
-// ucs.ErrConnectionReset: the peer had closed its end or failed). Remote
-// keys unpacked on the endpoint are only good for RMA on it, but belong to
-// its worker: closing them after the endpoint is safe.
+// to finish. The endpoint is closed whatever Close returns. Remote keys
+// unpacked on the endpoint are only good for RMA on it, but belong to its
+// worker: closing them after the endpoint is safe.
+//
+// A flush close returns:
+//   - nil once the flush completed: every operation started on the
+//     endpoint is complete at the peer;
+//   - when the flush could not complete because the endpoint failed (its
+//     peer closed its end or failed, before Close was called or during
+//     its flush; UCX reports that with peer error handling only): nil if
+//     no operation was lost, as net.Conn's Close after the peer's, and
+//     otherwise an error wrapping the status UCX reported
+//     (ucs.ErrConnectionReset for a peer that closed its end) that counts
+//     them. An operation is lost if it is a put, get or active-message
+//     send started on the endpoint (the atomics UCX performs only without
+//     peer error handling) that did not complete without error, unless
+//     its failure was the program's to see before Close was called:
+//     returned by its Request's Wait or Test, recorded in a Request that
+//     failed as it was started, or given up with Detach and already
+//     released by its worker. A put or send whose Request completed
+//     without error is complete locally (its data left) and is not lost,
+//     even if the peer closed before the data reached it: a Flush that
+//     returned nil before the peer's close is what says it did;
+//   - when ctx ended first, an error wrapping ucs.ErrTimedOut or
+//     ucs.ErrCanceled that says the flush did not complete (without peer
+//     error handling, a peer that closed or died is never reported, and
+//     its flush close ends so);
+//   - otherwise, the close's failure as UCX reports it.
 func (ep *Endpoint) Close(ctx context.Context, mode CloseMode) error {
 	if ep == nil || ep.res == nil {
 		return nil // nothing to close: cleanup code may close what it never got
@@ -316,31 +344,67 @@ func releaseEndpoint(s *endpointState) {
 // closeEndpoint closes the UCX endpoint and waits for UCX to finish within
 // ctx; a nil ctx hands the close to the worker instead of waiting.
 func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error {
-	w := s.w
-	if mode == CloseFlush && ctx != nil && s.flushThenForce && s.c.Error() == 0 {
-		return flushThenForce(ctx, s)
+	if mode == CloseFlush && ctx != nil {
+		return closeFlush(ctx, s)
 	}
 	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.wiring.Load() {
 		waitHandshakeBeforeForce(ctx, s)
 	}
-	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.gets.pending() {
+	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.ops.getsPending() {
 		waitGetsBeforeForce(ctx, s)
 	}
+	_, err := closeUCX(ctx, s, mode == CloseForce)
+	return err
+}
+
+// closeFlush is CloseFlush with a ctx to wait within: see Close for what
+// it returns.
+func closeFlush(ctx context.Context, s *endpointState) error {
+	// The failures of operations that leave the set from now on count as
+	// losses: the program did not see them before Close.
+	since := s.ops.failures()
+	if s.flushThenForce && s.c.Error() == 0 {
+		return flushThenForce(ctx, s, since)
+	}
+	// UCX's flush close, or a force close if UCX reported the peer's close
+	// or failure already.
+	peer, err := closeUCX(ctx, s, false)
+	if peer == 0 && s.peerErr && err != nil && ctx.Err() == nil {
+		// The endpoint failed during the close: UCX calls no error
+		// handler for an endpoint it is closing (ucp_ep_set_failed, 1.16
+		// to 1.22), and the close's status is the failure's.
+		peer = statusOf(err)
+	}
+	if peer != 0 {
+		return peerGone(peer, s.ops.lost(since))
+	}
+	return err
+}
+
+// closeUCX closes the UCX endpoint, by UCX's flush close or with force (a
+// failed endpoint: with force), and waits for UCX to finish within ctx; a
+// nil ctx hands the close to the worker instead of waiting. peer is the
+// status UCX reported for the endpoint (its peer closed or failed) by the
+// time the close ended, 0 if none or if the close was handed to the
+// worker.
+func closeUCX(ctx context.Context, s *endpointState, force bool) (peer cgo.Status, err error) {
+	w := s.w
 	w.mu.Lock()
 	delete(w.eps, s.c.Handle())
-	force := mode == CloseForce || s.c.Error() != 0
+	force = force || s.c.Error() != 0
 	r := s.c.Close(force)
 	w.mu.Unlock()
 	// The state lets go of the endpoint: a later use of s.c is a nil
-	// dereference, not a read of what free releases. free closes over a
-	// copy, not s: a close left to the worker must not keep s.w reachable.
+	// dereference, not a read of what Free releases. What runs once the
+	// close completes closes over a copy, not s: a close left to the
+	// worker must not keep s.w reachable.
 	c := s.c
 	s.c = cgo.Endpoint{}
-	free := c.Free
 	if r.P == nil {
-		free()
+		peer = c.Error()
+		c.Free()
 		if r.St != 0 && !force {
-			return &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
+			return peer, &ucs.Error{Op: "ucp: close endpoint", Err: ucs.Status(r.St)}
 		}
 		if ctx != nil {
 			// UCX releases the transport endpoints it discarded (2 file
@@ -349,21 +413,24 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 			// a loop ran out of descriptors and crashed when destroyed.
 			w.progress()
 		}
-		return nil
+		return peer, nil
 	}
 	w.res.Ref()
 	if ctx == nil {
-		abandonTo(w.res, r, nil, free)
-		return nil
+		abandonTo(w.res, r, nil, c.Free)
+		return 0, nil
 	}
-	err := w.await(ctx, closeFlushOp, r, free)
+	// The status is read before the free, by the worker's reaper if the
+	// close is handed over (it is then not read here): atomic, for that.
+	status := new(atomic.Int32)
+	err = w.await(ctx, closeFlushOp, r, func() { status.Store(int32(c.Error())); c.Free() })
 	if err == nil || force {
-		return nil
+		return cgo.Status(status.Load()), nil
 	}
 	if ctx.Err() != nil {
-		return flushTimeout(err, ctx, "the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once")
+		return 0, flushTimeout(err, ctx, "the endpoint is closed and its operations end when UCX gives up on them; use CloseForce to drop them at once")
 	}
-	return err
+	return cgo.Status(status.Load()), err
 }
 
 const closeFlushOp = "ucp: close endpoint (flush)"
@@ -375,6 +442,31 @@ func flushTimeout(err error, ctx context.Context, then string) error {
 		Reason: "the peer did not complete the flush before ctx ended (it may be gone or not progressing its worker; without peer error handling a dead peer is never detected); " + then}
 }
 
+// statusOf is the UCX status err wraps, 0 if none.
+func statusOf(err error) cgo.Status {
+	var st ucs.Status
+	if errors.As(err, &st) {
+		return cgo.Status(st)
+	}
+	return 0
+}
+
+// peerGone is the outcome of a flush close of an endpoint UCX reported
+// failed with status peer (its peer closed its end or failed), lost
+// operations of the endpoint's not complete without error: nil if none, as
+// net.Conn's Close after the peer's, since nothing was left to flush.
+func peerGone(peer cgo.Status, lost int) error {
+	if lost == 0 {
+		return nil
+	}
+	what := "1 operation"
+	if lost > 1 {
+		what = fmt.Sprintf("%d operations", lost)
+	}
+	return &ucs.Error{Op: closeFlushOp, Err: ucs.Status(peer),
+		Reason: "the peer closed its end or failed before " + what + " started on the endpoint (puts, gets, active-message sends) completed, which are lost; the endpoint is closed"}
+}
+
 // flushThenForce is CloseFlush of an endpoint made through a listener, with
 // peer error handling: a flush, then a force close. UCX's own flush close
 // leaves the closed endpoint in place until the peer acknowledges the
@@ -383,8 +475,15 @@ func flushTimeout(err error, ctx context.Context, then string) error {
 // the owner's flush close while its peer read, 4 of 15 runs of 5 closes,
 // UCX 1.18.1); force-closed, the endpoint is gone at once and UCX drops
 // such requests. The peer sees the same either way: its endpoint fails
-// with ucs.ErrConnectionReset.
-func flushThenForce(ctx context.Context, s *endpointState) error {
+// with ucs.ErrConnectionReset. since is the endpoint's count of failed
+// operations when Close was called (see closeFlush).
+//
+// The flush fails when the peer's close or failure meets it, whether
+// anything of this endpoint's was outstanding or not: the second of two
+// flush closes of a listener pair, nothing outstanding, failed so in 21
+// of 24 pairs (UCX 1.18.1). What was outstanding is counted from the
+// operations in flight (peerGone).
+func flushThenForce(ctx context.Context, s *endpointState, since uint64) error {
 	w := s.w
 	w.mu.Lock()
 	r := s.c.Flush()
@@ -395,20 +494,31 @@ func flushThenForce(ctx context.Context, s *endpointState) error {
 		s.wiring.Store(false) // a completed flush waited for the wire-up
 	}
 	// Read before the force close, which frees the endpoint's C state.
-	peerStatus := s.c.Error()
+	peer := s.c.Error()
+	if err != nil && peer == 0 && ctx.Err() == nil {
+		// UCX can end the flush before it reports the failure, which a
+		// transport error has it do on the worker's next progress
+		// (ucp_ep_set_failed_schedule).
+		w.progress()
+		peer = s.c.Error()
+	}
 	// ctx is done if the flush did not complete: the force close waits no
 	// grace, and cancels what is still in flight.
 	closeErr := closeEndpoint(ctx, s, CloseForce)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return flushTimeout(err, ctx, "the endpoint was then force-closed, which ended its operations in flight")
-	case err != nil && peerStatus != 0:
-		// The peer closed or failed during the flush, which UCX then
-		// ended (canceled, say): that failure is the news.
-		return &ucs.Error{Op: closeFlushOp, Err: ucs.Status(peerStatus),
-			Reason: "the peer closed its end or failed before the flush completed; the endpoint is closed"}
 	case err != nil:
-		return err
+		// The peer closed or failed during the flush, which UCX then
+		// ended (canceled, say); a flush of an endpoint with peer error
+		// handling fails for nothing else.
+		if peer == 0 {
+			peer = statusOf(err)
+		}
+		if peer == 0 {
+			return err
+		}
+		return peerGone(peer, s.ops.lost(since))
 	}
 	return closeErr
 }
@@ -438,7 +548,7 @@ func waitHandshakeBeforeForce(ctx context.Context, s *endpointState) {
 func waitGetsBeforeForce(ctx context.Context, s *endpointState) {
 	ctx, cancel := context.WithTimeout(ctx, forceCloseGrace)
 	defer cancel()
-	for s.gets.pending() && s.w.waitFor(ctx, waitReady{gets: s.gets}) == nil {
+	for s.ops.getsPending() && s.w.waitFor(ctx, waitReady{gets: s.ops}) == nil {
 	}
 }
 

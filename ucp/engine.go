@@ -43,6 +43,7 @@ type engine struct {
 	draining   bool                        // the drainer progresses the closed worker
 	listeners  []cgo.Listener              // closed listeners, destroyed with the worker (see releaseListener)
 	drainUntil time.Time                   // when the drainer gives up on it
+	slots      []*amoSlot                  // free atomic slots (atomic.go), under mu
 }
 
 func releaseWorker(e *engine) {
@@ -57,7 +58,7 @@ func releaseWorker(e *engine) {
 
 type abandonedRequest struct {
 	r     cgo.Request
-	gets  *getsInFlight // a get's endpoint set, left before the release
+	ops   *opsInFlight // the endpoint's set it is in, left before the release
 	after func()
 }
 
@@ -71,8 +72,8 @@ func (s *engine) reapAbandoned() (reaped []abandonedRequest) {
 			kept = append(kept, a)
 			continue
 		}
-		if a.gets != nil {
-			a.gets.remove(a.r)
+		if a.ops != nil {
+			a.ops.remove(a.r)
 		}
 		s.c.Release(a.r, false)
 		reaped = append(reaped, a)
@@ -87,10 +88,10 @@ func (s *engine) reapAbandoned() (reaped []abandonedRequest) {
 // needs only the worker's state: a dropped request's cleanup calls it, and
 // its Worker may be gone. A closed worker is drained, so that nobody needs
 // to progress it.
-func abandonTo(res *handle.Resource[engine], r cgo.Request, gets *getsInFlight, after func()) {
+func abandonTo(res *handle.Resource[engine], r cgo.Request, ops *opsInFlight, after func()) {
 	s := &res.State
 	s.mu.Lock()
-	s.abandoned = append(s.abandoned, abandonedRequest{r, gets, after})
+	s.abandoned = append(s.abandoned, abandonedRequest{r, ops, after})
 	s.mu.Unlock()
 	startDrain(res)
 }
@@ -252,16 +253,16 @@ type waitReady struct {
 	// ctxWatched: the end of ctx already signals the worker (Run watches
 	// its ctx once for all its rounds), so a sleep need not watch it.
 	ctxWatched bool
-	req        cgo.Request   // P set: ready once it is done
-	gone       *atomic.Bool  // set: ready once true (a Request detached by another copy)
-	gets       *getsInFlight // ready once none is pending in UCX
-	listener   *Listener     // ready once it has a connection request or its Close started
-	queue      *AMQueue      // ready once it has a message or is closed
+	req        cgo.Request  // P set: ready once it is done
+	gone       *atomic.Bool // set: ready once true (a Request detached by another copy)
+	gets       *opsInFlight // ready once none of its gets is pending in UCX
+	listener   *Listener    // ready once it has a connection request or its Close started
+	queue      *AMQueue     // ready once it has a message or is closed
 }
 
 func (r waitReady) ready() bool {
 	return (r.req.P != nil && r.req.Done()) || (r.gone != nil && r.gone.Load()) ||
-		(r.gets != nil && !r.gets.pending()) ||
+		(r.gets != nil && !r.gets.getsPending()) ||
 		(r.listener != nil && (r.listener.c.Pending() || r.listener.res.Closing())) ||
 		(r.queue != nil && r.queue.ready())
 }

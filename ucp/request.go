@@ -72,8 +72,9 @@ type inflight struct {
 	c    cgo.Request
 	pin  *runtime.Pinner // Go memory pinned for the operation, if any
 	uses [2]handle.Parent
-	// gets is the endpoint's set of gets in flight, for a get.
-	gets  *getsInFlight
+	// ops is the endpoint's set of operations in flight, for a put, get
+	// or active-message send kept there.
+	ops   *opsInFlight
 	after func()
 	// slot is an atomic post's operand, back to its pool once UCX is done.
 	slot *amoSlot
@@ -146,7 +147,7 @@ func (fl *inflight) releaseHolds() {
 		fl.after()
 	}
 	if fl.slot != nil {
-		putSlot(fl.slot)
+		fl.res.State.putSlot(fl.slot)
 		fl.slot = nil
 	}
 }
@@ -176,8 +177,8 @@ func (p *request) finishLocked() {
 	if !p.done { // settled once: a Wait or Test settles it while another Wait reads it
 		p.settleLocked() // before the release: the outcome lives in the UCX request
 	}
-	if fl.gets != nil {
-		fl.gets.remove(fl.c)
+	if fl.ops != nil {
+		fl.ops.remove(fl.c)
 	}
 	s := &fl.res.State
 	s.mu.Lock()
@@ -368,7 +369,7 @@ func (p *request) handOverLocked() {
 	fl := p.fl
 	p.fl, p.live = inflight{}, false
 	handle.Unfinalize(p)
-	abandonTo(fl.res, fl.c, fl.gets, fl.releaseHolds)
+	abandonTo(fl.res, fl.c, fl.ops, fl.releaseHolds)
 }
 
 // Done reports whether Wait or Test has seen the request complete.

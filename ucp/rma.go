@@ -150,10 +150,9 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 	}
 	ep.w.mu.Unlock()
 	req := newRequest(ep.w, r, op, pin, mem, rkey.res)
-	if !put && r.P != nil {
-		fl := &req.p.fl
-		fl.gets = ep.res.State.gets
-		fl.gets.add(r)
+	if r.P != nil {
+		req.p.fl.ops = ep.res.State.ops
+		req.p.fl.ops.add(r, !put)
 	}
 	return req, nil
 }
@@ -208,5 +207,10 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 	ep.w.amHeader = append(ep.w.amHeader[:0], header...)
 	r := ep.c.AMSend(uint(id), ep.w.amHeader, p, uintptr(n), memh, uint(flags))
 	ep.w.mu.Unlock()
-	return newRequest(ep.w, r, op, pin, mem), nil
+	req := newRequest(ep.w, r, op, pin, mem)
+	if r.P != nil {
+		req.p.fl.ops = ep.res.State.ops
+		req.p.fl.ops.add(r, false)
+	}
+	return req, nil
 }

@@ -163,11 +163,13 @@ ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *ep, const void *buf, size_t len,
 ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *ep, void *buf, size_t len,
                            ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
 /* ucp_atomic_op_nbx of one size-byte word (4 or 8) at raddr: operand is the
- * value (the compare value for CSWAP), reply, if not NULL, receives the old
- * value (for CSWAP it holds the swap value in). Both stay valid until the
- * request completes: UCX may read and write them until then. */
+ * value (the compare value for CSWAP), reply, if not 0, receives the old
+ * value (for CSWAP it holds the swap value in). Both are C memory, passed
+ * as integers (Go's cgo pointer check has nothing to check in them), and
+ * stay valid until the request completes: UCX may read and write them
+ * until then. */
 ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *ep, unsigned op, unsigned size,
-                              const void *operand, void *reply, uint64_t raddr,
+                              uintptr_t operand, uintptr_t reply, uint64_t raddr,
                               ucp_rkey_h rkey);
 /* Tag matching: a send of len bytes with tag; a receive of a message
  * whose tag matches tag under mask into buf. A receive that completes at
