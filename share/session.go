@@ -33,9 +33,6 @@ type Session struct {
 	started time.Time
 	dp      *datapath.Proc // rkey mode: the session's data-path process
 	peerUCX ucs.Version
-	// refusedEvent: its handshake failed, and EventRefused was its event
-	// (set by serve before end, which reads it).
-	refusedEvent bool
 
 	wmu sync.Mutex // one frame at a time on conn
 
@@ -44,7 +41,10 @@ type Session struct {
 	nextGen uint64
 	ended   bool
 	endErr  error
-	done    chan struct{}
+	// openedEvent: EventOpened was sent, so its end sends EventEnded (a
+	// session ended in its handshake has EventRefused as its one event).
+	openedEvent bool
+	done        chan struct{}
 
 	st sessionCounters
 
@@ -163,12 +163,17 @@ func (s *Session) serve() {
 	s.e.handshakeOver(s)
 	if err != nil {
 		s.e.st.refused.Add(1)
-		s.refusedEvent = true
 		s.event(EventRefused, "", err)
 		s.end(err, false)
 		return
 	}
-	s.event(EventOpened, "", nil)
+	s.mu.Lock()
+	opened := !s.ended // not ended meanwhile (by the exporter's Close)
+	s.openedEvent = opened
+	s.mu.Unlock()
+	if opened {
+		s.event(EventOpened, "", nil)
+	}
 	if s.dp != nil {
 		go func() {
 			select {
@@ -619,6 +624,7 @@ func (s *Session) end(err error, graceful bool) {
 	}
 	s.ended = true
 	s.endErr = err
+	opened := s.openedEvent
 	var gens []*generation
 	for _, gs := range s.gens {
 		gens = append(gens, gs...)
@@ -654,7 +660,7 @@ func (s *Session) end(err error, graceful bool) {
 	e.mu.Lock()
 	delete(e.sessions, s)
 	e.mu.Unlock()
-	if !s.refusedEvent { // a refused session's one event was EventRefused
+	if opened { // a session refused or ended in its handshake: EventRefused was its one event
 		s.event(EventEnded, "", err)
 	}
 	close(s.done)

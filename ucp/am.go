@@ -181,7 +181,7 @@ func (m *AMMessage) ReceiveIntoMem(dst MemRange) (Request, error) {
 		return Request{}, errs.New(op, ucs.ErrBufferTooSmall, "the range is %d bytes, message %d", dst.n, m.Len())
 	}
 	// Entered once: the copy or the transfer happens before Close unmaps.
-	p, err := dst.enter(op)
+	p, err := dst.enter(op, m.w.context())
 	if err != nil {
 		return Request{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ucxgo/ucx/internal/testproc"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -25,14 +26,17 @@ import (
 // closes first only while the client's worker is progressed: its flush
 // needs the client's answer, and without it waits out its ctx.
 func TestCloseFlushAfterPeerClosed(t *testing.T) {
-	const pairs = 24
+	// 8 pairs per order (make stress: as many as its time allows): before
+	// the fix at least 12 of 24 failed, so 8 all passing by chance is about
+	// 1 in 500.
 	for _, order := range []struct {
 		name                   string
 		clientFirst, runClient bool
 	}{{"client-first", true, false}, {"client-first-client-runs", true, true}, {"server-first-client-runs", false, true}} {
 		t.Run(order.name, func(t *testing.T) {
-			failed := 0
-			for i := range pairs {
+			failed, pairs := 0, 0
+			for i := range testproc.Rounds(8) {
+				pairs++
 				if !t.Run(fmt.Sprint(i), func(t *testing.T) { closeFlushBothEnds(t, order.clientFirst, order.runClient) }) {
 					failed++
 				}

@@ -19,11 +19,13 @@ import (
 // address and key travel together); the endpoint's raw calls below are the
 // layer under it.
 
-// MemRange is n bytes of a mapping at off: the local side of
-// RemoteRegion.PutMem and GetMem, Endpoint.SendAMMem and
-// AMMessage.ReceiveIntoMem. Make one with Mem.Range; it is a value, and is
-// checked against its mapping (open, and off and n within it) by the call
-// that uses it, which then fails with ucs.ErrOutOfRange or ucs.ErrClosed.
+// MemRange is n bytes of a mapping at off: the local side of every call
+// that moves a mapping's bytes (RemoteRegion.PutMem and GetMem,
+// Endpoint.SendAMMem, SendTagMem, SendStreamMem and RecvStreamMem,
+// Worker.RecvTagMem, AMMessage.ReceiveIntoMem). Make one with Mem.Range;
+// it is a value, and is checked by the call that uses it (the mapping
+// open, of the worker's Context, off and n within it), which then fails
+// with ucs.ErrClosed, ucs.ErrInvalidParam or ucs.ErrOutOfRange.
 // A typed range keeps the local range and the remote offset apart: the
 // compiler refuses one passed for the other.
 type MemRange struct {
@@ -43,11 +45,18 @@ func (r MemRange) Off() int { return r.off }
 // Len is the range's length.
 func (r MemRange) Len() int { return r.n }
 
-// enter enters the range's mapping and returns the range's first byte:
-// Exit the mapping's handle when done.
-func (r MemRange) enter(op string) (unsafe.Pointer, error) {
+// enter enters the range's mapping, which must be of ctx (the worker's
+// context; nil for a zero Endpoint or Worker, whose own check then fails
+// the call), and returns the range's first byte: Exit the mapping's handle
+// when done.
+func (r MemRange) enter(op string, ctx *Context) (unsafe.Pointer, error) {
 	if err := r.m.enter(op); err != nil {
 		return nil, err
+	}
+	if ctx != nil && r.m.ctx != ctx {
+		// Its memh is another context's: UCX would take it unchecked.
+		r.m.res.Exit()
+		return nil, errs.New(op, ucs.ErrInvalidParam, "the mapping is of another Context than the worker's")
 	}
 	p, err := r.m.span(op, r.off, r.n)
 	if err != nil {
@@ -103,7 +112,7 @@ func unpin(pin *runtime.Pinner) {
 
 // rmaMem is a put or get of r at raddr.
 func (ep *Endpoint) rmaMem(op string, put bool, r MemRange, raddr uint64, rkey *RemoteKey) (Request, error) {
-	p, err := r.enter(op)
+	p, err := r.enter(op, ep.context())
 	if err != nil {
 		return Request{}, err
 	}
@@ -179,7 +188,7 @@ func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Req
 // SendAMMem sends an active message whose data is the range src.
 func (ep *Endpoint) SendAMMem(id AMID, header []byte, src MemRange, flags AMSendFlags) (Request, error) {
 	const op = "ucp: send active message"
-	p, err := src.enter(op)
+	p, err := src.enter(op, ep.context())
 	if err != nil {
 		return Request{}, err
 	}
@@ -213,4 +222,21 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 		req.p.fl.ops.add(r, false)
 	}
 	return req, nil
+}
+
+// context is the endpoint's worker's Context, nil for a nil or zero
+// Endpoint (whose calls then fail on their own check).
+func (ep *Endpoint) context() *Context {
+	if ep == nil || ep.w == nil {
+		return nil
+	}
+	return ep.w.ctx
+}
+
+// context is the worker's Context, nil for a nil or zero Worker.
+func (w *Worker) context() *Context {
+	if w == nil || w.engine == nil {
+		return nil
+	}
+	return w.ctx
 }

@@ -43,7 +43,7 @@ func (ep *Endpoint) SendStream(data []byte) (Request, error) {
 // SendStreamMem sends the range src on the endpoint's stream.
 func (ep *Endpoint) SendStreamMem(src MemRange) (Request, error) {
 	const op = "ucp: send on stream"
-	p, err := src.enter(op)
+	p, err := src.enter(op, ep.context())
 	if err != nil {
 		return Request{}, err
 	}
@@ -60,6 +60,12 @@ func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin 
 	if err := ep.checkStream(op); err != nil {
 		return Request{}, err
 	}
+	if n == 0 {
+		// UCX asserts on an empty stream message that reaches the peer
+		// before a receive (stream_recv.c:501, 1.16 to 1.23): it aborts the
+		// receiving process.
+		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a stream send needs at least one byte (UCX aborts the receiver on an empty one)")
+	}
 	ep.w.mu.Lock()
 	r := ep.c.StreamSend(p, uintptr(n), memh)
 	ep.w.mu.Unlock()
@@ -75,24 +81,38 @@ func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin 
 // while it waits.
 func (ep *Endpoint) RecvStream(ctx context.Context, buf []byte, flags StreamRecvFlags) (int, error) {
 	p, pin := pinBytes(buf)
-	return ep.recvStream(ctx, p, len(buf), flags, cgo.MemHandle{}, pin, nil)
+	return ep.recvStream(ctx, p, len(buf), flags, nil, pin)
 }
 
 // RecvStreamMem is RecvStream into the range dst of a mapping.
 func (ep *Endpoint) RecvStreamMem(ctx context.Context, dst MemRange, flags StreamRecvFlags) (int, error) {
 	const op = "ucp: receive on stream"
-	p, err := dst.enter(op)
+	p, err := dst.enter(op, ep.context())
 	if err != nil {
 		return 0, err
 	}
-	defer dst.m.res.Exit()
-	return ep.recvStream(ctx, p, dst.n, flags, dst.m.res.State.h, nil, &dst.m.res)
+	// The mapping is left once the receive holds it (recvStream): a Close
+	// of it meanwhile must not wait for the bytes.
+	return ep.recvStream(ctx, p, dst.n, flags, dst.m, nil)
 }
 
-func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, flags StreamRecvFlags, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (int, error) {
+// recvStream receives into n bytes at p: of m, entered by the caller (left
+// here, once the request holds it), or of Go memory pinned by pin.
+func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, flags StreamRecvFlags, m *Mem, pin *runtime.Pinner) (int, error) {
 	const op = "ucp: receive on stream"
+	var memh cgo.MemHandle
+	var mem handle.Parent
+	if m != nil {
+		memh, mem = m.res.State.h, &m.res
+	}
+	leave := func() {
+		if m != nil {
+			m.res.Exit()
+		}
+	}
 	r, length, err := ep.startStreamRecv(op, p, n, flags, memh)
 	if err != nil || r.P == nil {
+		leave()
 		if pin != nil {
 			unpin(pin)
 		}
@@ -104,15 +124,30 @@ func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, fla
 		}
 		return int(length), nil
 	}
-	req := newRequest(ep.w, r, op, pin, mem)
+	w := ep.w
+	req := newRequest(w, r, op, pin, mem) // holds the mapping from here
+	leave()
 	ep.res.Exit()
-	var out recvOutcome
-	if err := req.wait(ctx, &out); err != nil {
-		if ctx.Err() != nil && !req.Done() {
-			req.Detach()
-			return 0, &ucs.Error{Op: op, Err: err.(*ucs.Error).Err, Wrapped: ctx.Err(),
-				Reason: "gave up waiting; UCX cancels no stream receive, so it stays posted: the buffer stays pinned and is written when bytes come, until the endpoint closes"}
+	// Waited here, not by Request.Wait: the worker's Close ends this wait
+	// too, as it does a tag receive's.
+	c := req.p.fl.c
+	var end error
+	for !c.Done() {
+		if end = w.waitFor(ctx, waitReady{op: op, req: c, endOnClose: true}); end != nil {
+			break
 		}
+		if w.res.Closing() {
+			end = errs.New(op, ucs.ErrClosed, "the worker was closed")
+			break
+		}
+	}
+	if end != nil && !c.Done() {
+		req.Detach()
+		return 0, &ucs.Error{Op: op, Err: end.(*ucs.Error).Err, Wrapped: ctx.Err(),
+			Reason: "gave up waiting; UCX cancels no stream receive, so it stays posted: the buffer stays pinned and is written when bytes come, until the endpoint closes"}
+	}
+	var out recvOutcome
+	if err := req.wait(context.Background(), &out); err != nil { // done: settles at once
 		return 0, err
 	}
 	return int(out.n), nil

@@ -53,7 +53,7 @@ func (ep *Endpoint) SendTag(tag Tag, data []byte) (Request, error) {
 // SendTagMem sends the range src with tag to the peer.
 func (ep *Endpoint) SendTagMem(tag Tag, src MemRange) (Request, error) {
 	const op = "ucp: send tagged message"
-	p, err := src.enter(op)
+	p, err := src.enter(op, ep.context())
 	if err != nil {
 		return Request{}, err
 	}
@@ -85,23 +85,37 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 // error says so. The receive progresses the worker while it waits.
 func (w *Worker) RecvTag(ctx context.Context, buf []byte, tag, mask Tag) (TagInfo, error) {
 	p, pin := pinBytes(buf)
-	return w.recvTag(ctx, p, len(buf), tag, mask, cgo.MemHandle{}, pin, nil)
+	return w.recvTag(ctx, p, len(buf), tag, mask, nil, pin)
 }
 
 // RecvTagMem is RecvTag into the range dst of a mapping.
 func (w *Worker) RecvTagMem(ctx context.Context, dst MemRange, tag, mask Tag) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
-	p, err := dst.enter(op)
+	p, err := dst.enter(op, w.context())
 	if err != nil {
 		return TagInfo{}, err
 	}
-	defer dst.m.res.Exit()
-	return w.recvTag(ctx, p, dst.n, tag, mask, dst.m.res.State.h, nil, &dst.m.res)
+	// The mapping is left once the receive holds it (recvTag): a Close of
+	// it meanwhile must not wait for the message.
+	return w.recvTag(ctx, p, dst.n, tag, mask, dst.m, nil)
 }
 
-func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (TagInfo, error) {
+// recvTag receives into n bytes at p: of m, entered by the caller (left
+// here, once the request holds it), or of Go memory pinned by pin.
+func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, m *Mem, pin *runtime.Pinner) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
+	var memh cgo.MemHandle
+	var mem handle.Parent
+	if m != nil {
+		memh, mem = m.res.State.h, &m.res
+	}
+	leave := func() {
+		if m != nil {
+			m.res.Exit()
+		}
+	}
 	if err := w.startTagRecv(op); err != nil {
+		leave()
 		if pin != nil {
 			unpin(pin)
 		}
@@ -111,6 +125,7 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 	r, length, sender := w.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
 	w.mu.Unlock()
 	if r.P == nil { // completed at once: the message was waiting
+		leave()
 		w.res.Exit()
 		if pin != nil {
 			unpin(pin)
@@ -120,7 +135,8 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		}
 		return TagInfo{Tag: Tag(sender), Len: int(length)}, nil
 	}
-	req := newRequest(w, r, op, pin, mem)
+	req := newRequest(w, r, op, pin, mem) // holds the mapping from here
+	leave()
 	w.res.Exit()
 	// Waited here, not by Request.Wait: the worker's Close ends this wait
 	// too (no message comes for a closed worker), and the request never
