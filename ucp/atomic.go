@@ -9,25 +9,6 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// Atomics on a region's 4- and 8-byte words (ucp_atomic_op_nbx). The word
-// at off must lie in the region and be aligned to its size in the peer's
-// address space (ucs.ErrOutOfRange, ucs.ErrInvalidParam otherwise), the
-// context needs FeatureAMO32 or FeatureAMO64 (WithFeatures), and the
-// endpoint must be made without peer error handling
-// (WithPeerErrorHandling(false): UCX's atomic protocols serve no other);
-// ucs.ErrUnsupported, saying which, otherwise. The peer's context needs the same feature: over transports
-// without device atomics (tcp, shared memory) the peer's worker performs
-// them, while it is progressed, as it serves puts and gets. Values are in
-// the peer's byte order (the same as this process's on every machine UCX
-// runs on). Atomics are atomic with respect to each other, on the same
-// word and the same transport, not to puts, gets or the peer's own loads
-// and stores.
-//
-// Add32 and Add64 post: their Request completes locally as Put's does, and
-// the add is in the peer's memory once Flush returns. The fetching forms
-// (FetchAdd, Swap, CompareAndSwap) wait for the old value, bounded by ctx;
-// one whose ctx ends first may still happen at the peer.
-
 // amoSlot is the operand and reply of one atomic operation: two words of
 // C memory, which UCX reads and writes until the operation completes (C
 // memory needs no pinning, whose cost was most of an atomic's).

@@ -40,10 +40,12 @@ type RemoteRegion struct {
 // a range outside the peer's mapping is refused (ucs.ErrOutOfRange); a key
 // from UnpackRemoteKey carries no bounds (UCX keys have no length), so
 // there base and length are the caller's word, and a region past the
-// peer's mapping makes the peer's UCX serve the access from whatever lies
-// beyond it (over tcp and shared memory nothing checks: the peer reads or
-// writes other memory, or crashes). Send a region with Mem.PackRegion
-// where you can.
+// peer's mapping reaches whatever lies beyond it: over tcp the peer's UCX
+// serves it (it reads or writes other memory, or crashes), over shared
+// memory this process does the access itself, and may crash (SIGSEGV for
+// puts and atomics, an abort in process_vm_readv for gets; 1.16 to 1.22).
+// Send a region with Mem.PackRegion where you can, and never take a base
+// and length from a peer you do not trust.
 func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {
 	const op = "ucp: remote region"
 	if rk == nil || rk.res.Closed() {

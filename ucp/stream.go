@@ -11,10 +11,6 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// Streams (ucp_stream_send_nbx, ucp_stream_recv_nbx): an endpoint's bytes
-// in order, without message boundaries, as a TCP connection's. The context
-// needs FeatureStream (WithFeatures; ucs.ErrUnsupported without).
-
 // StreamRecvFlags modify RecvStream.
 type StreamRecvFlags uint
 

@@ -11,22 +11,11 @@ import (
 	"github.com/ucxgo/ucx/ucs"
 )
 
-// Tag matching (ucp_tag_send_nbx, ucp_tag_recv_nbx, ucp_tag_probe_nb): a
-// message sent on an endpoint with a 64-bit tag is taken by the peer
-// worker's receive whose tag it matches under the receive's mask (the bits
-// set in mask must be equal), in the order messages were sent from one
-// endpoint. A worker's receives take messages from every endpoint of the
-// worker, and so from any peer connected to it: the tag says nothing about
-// who sent. The context needs FeatureTag (WithFeatures; ucs.ErrUnsupported
-// without). A message larger than the receive's buffer fails the receive
-// with ucs.ErrTruncated. A message nobody receives yet waits in the
-// receiving worker (UCX keeps it, eager data in its memory), as the
-// messages of any peer connected to the worker do.
-
-// Tag is a tag-matched message's tag.
+// Tag is a tag-matched message's tag (see the package doc, "Tag matching").
 type Tag uint64
 
-// TagInfo is what a probe saw: a message's tag and length.
+// TagInfo is a message's tag and length: what RecvTag took, or what
+// ProbeTag saw.
 type TagInfo struct {
 	Tag Tag
 	Len int
