@@ -289,7 +289,7 @@ func TestSendAMHeaderInStructWithPointers(t *testing.T) {
 // SendAM, SetAMHandler and OpenAMQueue with a reason instead of handing UCX
 // a call it was not set up for.
 func TestSendAMWithoutAMFeature(t *testing.T) {
-	p := newPair(t, withContext(ucp.WithFeatures(ucp.FeatureRMA)), viaListener(), runClient())
+	p := newPair(t, withContext(ucp.WithFeatures(ucp.FeatureRMA)), runServer())
 	_, err := p.ep.SendAM(3, nil, []byte("data"), 0)
 	require.ErrorIs(t, err, ucs.ErrUnsupported)
 	assert.Contains(t, err.Error(), "FeatureAM")

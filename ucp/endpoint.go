@@ -197,6 +197,9 @@ func (w *Worker) Connect(ctx context.Context, addr string, opts ...EndpointOptio
 	if err != nil {
 		return nil, err
 	}
+	if err := w.checkListenerWireup(op); err != nil {
+		return nil, err
+	}
 	o := endpointOpts(opts)
 	hint := fmt.Sprintf("the handshake with %s has not finished: the server there has not accepted the connection, or is not progressing its worker, or is not a UCX listener", ap)
 	ep, err := w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
@@ -604,6 +607,9 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := w.checkListenerWireup(op); err != nil {
+		return nil, err
+	}
 	if !w.enter() {
 		return nil, closedError(op)
 	}
@@ -837,4 +843,20 @@ func (cr *ConnRequest) Reject() error {
 // disarm closes the handle without rejecting: UCX took the request.
 func (cr *ConnRequest) disarm() {
 	cr.res.CloseWith(func(s *connState) { s.taken = true })
+}
+
+// checkListenerWireup refuses, on UCX 1.17, a connection through a
+// listener from or to a worker whose context lacks FeatureAM: 1.17.0
+// aborted the process in the connection's wire-up (ucp_worker.c:728,
+// "wiface->activate_count > 0" in ucp_wireup_eps_progress), 3 of 3 runs
+// of a put over UCX's default transports; 1.16.0, 1.18.0 and 1.19.1 did
+// not (measured 2026-12-07).
+func (w *Worker) checkListenerWireup(op string) error {
+	if w == nil || w.engine == nil || w.ctx == nil {
+		return nil // a zero Worker: its own check fails the call
+	}
+	if ucs.LoadedVersion().Minor == 17 && w.ctx.features&FeatureAM == 0 {
+		return errs.New(op, ucs.ErrUnsupported, "UCX 1.17 aborts the process in the wire-up of a connection through a listener when the context lacks FeatureAM: add FeatureAM (WithFeatures)")
+	}
+	return nil
 }

@@ -113,3 +113,24 @@ func TestMappingOfAnotherContextRefused(t *testing.T) {
 		assert.ErrorContains(t, err, "another Context", what)
 	}
 }
+
+// TestListenerNeedsAMOn117: UCX 1.17.0 aborted the process in the wire-up
+// of a listener connection whose context lacks FeatureAM (ucp_worker.c:728,
+// 3 of 3 runs); there Listen and Connect refuse such a context, saying so,
+// and elsewhere they serve it.
+func TestListenerNeedsAMOn117(t *testing.T) {
+	ctx := newContext(t, ucp.WithFeatures(ucp.FeatureRMA))
+	w, err := ctx.NewWorker()
+	require.NoError(t, err)
+	defer w.Close()
+	l, err := w.Listen("127.0.0.1:0")
+	if ucs.LoadedVersion().Minor != 17 {
+		require.NoError(t, err)
+		require.NoError(t, l.Close())
+		return
+	}
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+	assert.ErrorContains(t, err, "FeatureAM")
+	_, err = w.Connect(context.Background(), "127.0.0.1:1")
+	require.ErrorIs(t, err, ucs.ErrUnsupported)
+}

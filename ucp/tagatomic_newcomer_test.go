@@ -67,7 +67,9 @@ func newHostDPU(t *testing.T, run bool, ctxOpts []ucp.ContextOption, clientEP, s
 var reviewTLS = []string{"", "tcp"}
 
 func reviewOpts(tls string, f ucp.Feature) []ucp.ContextOption {
-	opts := []ucp.ContextOption{ucp.WithFeatures(f)}
+	// FeatureAM always: on UCX 1.17 a listener connection needs it (Listen
+	// and Connect refuse without, see TestListenerNeedsAMOn117).
+	opts := []ucp.ContextOption{ucp.WithFeatures(f | ucp.FeatureAM)}
 	if tls != "" {
 		opts = append(opts, ucp.WithConfig("TLS", tls))
 	}
@@ -96,7 +98,7 @@ func (h *hostDPU) sharedRegion(t *testing.T, n int) (*ucp.Mem, ucp.RemoteRegion)
 func TestReviewNewcomerCounter(t *testing.T) {
 	for _, tls := range reviewTLS {
 		t.Run("tls="+tls, func(t *testing.T) {
-			h := newHostDPU(t, true, reviewOpts(tls, ucp.FeatureAMO32|ucp.FeatureAMO64), noPeerErr, noPeerErr)
+			h := newHostDPU(t, true, reviewOpts(tls, ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureAMO32|ucp.FeatureAMO64), noPeerErr, noPeerErr)
 			m, r := h.sharedRegion(t, 4096)
 			const goroutines, each = 8, 100
 			var mu sync.Mutex
@@ -144,7 +146,7 @@ func TestReviewNewcomerCounter(t *testing.T) {
 func TestReviewNewcomerLock(t *testing.T) {
 	for _, tls := range reviewTLS {
 		t.Run("tls="+tls, func(t *testing.T) {
-			h := newHostDPU(t, true, reviewOpts(tls, ucp.FeatureRMA|ucp.FeatureAMO64), noPeerErr, noPeerErr)
+			h := newHostDPU(t, true, reviewOpts(tls, ucp.FeatureRMA|ucp.FeatureAM|ucp.FeatureAMO64), noPeerErr, noPeerErr)
 			m, r := h.sharedRegion(t, 64)
 			const lock, counter = 0, 8
 			const goroutines, each = 4, 25
