@@ -479,7 +479,7 @@ func peerGone(peer cgo.Status, lost int) error {
 // UCX 1.18.1); force-closed, the endpoint is gone at once and UCX drops
 // such requests. The peer sees the same either way: its endpoint fails
 // with ucs.ErrConnectionReset. since is the endpoint's count of failed
-// operations when Close was called (see closeFlush).
+// operations when Close was called.
 //
 // The flush fails when the peer's close or failure meets it, whether
 // anything of this endpoint's was outstanding or not: the second of two

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -448,4 +449,38 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 		after()
 	}
 	return outcomeError(op, ucs.Status(st))
+}
+
+// waitRecv waits for a receive whose request never left its call (so its
+// fields are read without its lock) until it completes, ctx ends, or its
+// worker closes (no message comes for a closed worker, which Request.Wait
+// does not know): nil once it completed, else why the wait ended.
+func (r Request) waitRecv(ctx context.Context, op string) error {
+	w, c := r.p.w, r.p.fl.c
+	for !c.Done() {
+		if err := w.waitFor(ctx, waitReady{op: op, req: c, endOnClose: true}); err != nil {
+			return err
+		}
+		if w.res.Closing() {
+			return errs.New(op, ucs.ErrClosed, "the worker was closed")
+		}
+	}
+	return nil
+}
+
+// recvMem is what a receive into m needs: its memh and the parent the
+// request holds; zero for Go memory (m nil).
+func recvMem(m *Mem) (cgo.MemHandle, handle.Parent) {
+	if m == nil {
+		return cgo.MemHandle{}, nil
+	}
+	return m.res.State.h, &m.res
+}
+
+// leaveMem exits m, entered by a receive's caller, once the request holds
+// it or the receive is done with it; nothing for Go memory.
+func leaveMem(m *Mem) {
+	if m != nil {
+		m.res.Exit()
+	}
 }

@@ -96,19 +96,10 @@ func (ep *Endpoint) RecvStreamMem(ctx context.Context, dst MemRange, flags Strea
 // here, once the request holds it), or of Go memory pinned by pin.
 func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, flags StreamRecvFlags, m *Mem, pin *runtime.Pinner) (int, error) {
 	const op = "ucp: receive on stream"
-	var memh cgo.MemHandle
-	var mem handle.Parent
-	if m != nil {
-		memh, mem = m.res.State.h, &m.res
-	}
-	leave := func() {
-		if m != nil {
-			m.res.Exit()
-		}
-	}
+	memh, mem := recvMem(m)
 	r, length, err := ep.startStreamRecv(op, p, n, flags, memh)
 	if err != nil || r.P == nil {
-		leave()
+		leaveMem(m)
 		if pin != nil {
 			unpin(pin)
 		}
@@ -122,22 +113,10 @@ func (ep *Endpoint) recvStream(ctx context.Context, p unsafe.Pointer, n int, fla
 	}
 	w := ep.w
 	req := newRequest(w, r, op, pin, mem) // holds the mapping from here
-	leave()
+	leaveMem(m)
 	ep.res.Exit()
-	// Waited here, not by Request.Wait: the worker's Close ends this wait
-	// too, as it does a tag receive's.
-	c := req.p.fl.c
-	var end error
-	for !c.Done() {
-		if end = w.waitFor(ctx, waitReady{op: op, req: c, endOnClose: true}); end != nil {
-			break
-		}
-		if w.res.Closing() {
-			end = errs.New(op, ucs.ErrClosed, "the worker was closed")
-			break
-		}
-	}
-	if end != nil && !c.Done() {
+	end := req.waitRecv(ctx, op) // the worker's Close ends it too
+	if end != nil && !req.p.fl.c.Done() {
 		req.Detach()
 		return 0, &ucs.Error{Op: op, Err: end.(*ucs.Error).Err, Wrapped: ctx.Err(),
 			Reason: "gave up waiting; UCX cancels no stream receive, so it stays posted: the buffer stays pinned and is written when bytes come, until the endpoint closes"}

@@ -93,18 +93,9 @@ func (w *Worker) RecvTagMem(ctx context.Context, dst MemRange, tag, mask Tag) (T
 // here, once the request holds it), or of Go memory pinned by pin.
 func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, m *Mem, pin *runtime.Pinner) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
-	var memh cgo.MemHandle
-	var mem handle.Parent
-	if m != nil {
-		memh, mem = m.res.State.h, &m.res
-	}
-	leave := func() {
-		if m != nil {
-			m.res.Exit()
-		}
-	}
+	memh, mem := recvMem(m)
 	if err := w.startTagRecv(op); err != nil {
-		leave()
+		leaveMem(m)
 		if pin != nil {
 			unpin(pin)
 		}
@@ -114,7 +105,7 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 	r, length, sender := w.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
 	w.mu.Unlock()
 	if r.P == nil { // completed at once: the message was waiting
-		leave()
+		leaveMem(m)
 		w.res.Exit()
 		if pin != nil {
 			unpin(pin)
@@ -125,24 +116,11 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		return TagInfo{Tag: Tag(sender), Len: int(length)}, nil
 	}
 	req := newRequest(w, r, op, pin, mem) // holds the mapping from here
-	leave()
+	leaveMem(m)
 	w.res.Exit()
-	// Waited here, not by Request.Wait: the worker's Close ends this wait
-	// too (no message comes for a closed worker), and the request never
-	// leaves this call, so its fields are read without its lock.
-	c := req.p.fl.c
-	var end error
-	for !c.Done() {
-		if end = w.waitFor(ctx, waitReady{op: op, req: c, endOnClose: true}); end != nil {
-			break
-		}
-		if w.res.Closing() {
-			end = errs.New(op, ucs.ErrClosed, "the worker was closed")
-			break
-		}
-	}
+	end := req.waitRecv(ctx, op)
 	var out recvOutcome
-	if end != nil && !c.Done() {
+	if end != nil && !req.p.fl.c.Done() {
 		req.cancel()
 		grace, cancel := context.WithTimeout(context.Background(), forceCloseGrace)
 		err := req.wait(grace, &out)

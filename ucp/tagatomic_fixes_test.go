@@ -74,12 +74,10 @@ func TestRecvStreamEndsWithItsWorker(t *testing.T) {
 		ended <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	start := time.Now()
 	require.NoError(t, p.client.Close())
-	select {
+	select { // its ctx (waitCtx) is far longer: ErrClosed says the close ended it
 	case err := <-ended:
 		assert.ErrorIs(t, err, ucs.ErrClosed)
-		assert.Less(t, time.Since(start), 5*time.Second)
 	case <-time.After(10 * time.Second):
 		t.Fatal("HANG: a stream receive outlived its worker's Close")
 	}

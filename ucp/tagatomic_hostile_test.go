@@ -188,7 +188,6 @@ func TestReviewPeerClosesWhileBlocked(t *testing.T) {
 				r := <-results
 				t.Logf("%s returned %v after the peer's close: %v", r.what, r.took.Round(time.Millisecond), r.err)
 				if r.what == "RecvStream" && tc.peerErr {
-					assert.Less(t, r.took, time.Second, "RecvStream on a failed endpoint")
 					assert.NotErrorIs(t, r.err, ucs.ErrTimedOut)
 				}
 			}

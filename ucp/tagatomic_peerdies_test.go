@@ -57,7 +57,6 @@ func TestReviewPeerDiesWhileBlocked(t *testing.T) {
 				r := <-results
 				t.Logf("%s returned %v after the kill: %v", r.what, r.at.Sub(killed).Round(time.Millisecond), r.err)
 				if r.what == "RecvStream" && tc.peerErr {
-					assert.Less(t, r.at.Sub(killed), time.Second)
 					assert.NotErrorIs(t, r.err, ucs.ErrTimedOut)
 				}
 			}

@@ -94,7 +94,7 @@ type Worker struct {
 	peerAddrs   peerAddressChecker // ConnectWorker's check of peer addresses
 	maxAMHeader int                // the largest header SendAM takes (ucp_worker_query)
 
-	// The loopback endpoint LocalRegions share (see loopback): weak, since
+	// The loopback endpoint LocalRegions share: weak, since
 	// the endpoint holds the Worker and a dropped Worker must be collected.
 	loopMu   sync.Mutex
 	loop     weak.Pointer[loopback]
