@@ -58,7 +58,7 @@ func BenchmarkLocalRegionCreate(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := lr.Close(bg); err != nil {
+			if err := lr.Close(); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -82,7 +82,7 @@ func BenchmarkLocalRegionCreateMapping(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := lr.Close(bg); err != nil {
+			if err := lr.Close(); err != nil {
 				b.Fatal(err)
 			}
 			m.Close()
@@ -110,7 +110,7 @@ func BenchmarkLocalRegionCreateParallel(b *testing.B) {
 					b.Error(err)
 					return
 				}
-				if err := lr.Close(bg); err != nil {
+				if err := lr.Close(); err != nil {
 					b.Error(err)
 					return
 				}
@@ -187,7 +187,7 @@ func localPair(b *testing.B, ctx *ucp.Context, n int) (*ucp.LocalRegion, *ucp.Me
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { lr.Close(context.Background()) })
+	b.Cleanup(func() { lr.Close() })
 	return lr, near
 }
 

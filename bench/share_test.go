@@ -84,7 +84,7 @@ func runSharePeer(in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer exp.Close()
-	if err := exp.Add(shareRegion, mem, share.ReadWrite); err != nil {
+	if err := exp.Add(context.Background(), shareRegion, mem, share.ReadWrite); err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", testproc.HostAddr())
@@ -196,7 +196,7 @@ func (p *sharePeer) importer(b *testing.B, chunk, depth int) (*share.Importer, *
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	imp, err := share.Dial(ctx, "tcp", p.ctrl, sealer, share.WithRequireMode(share.ModeRkey),
-		share.WithImporterUCXConfig("TLS", tlsTCP), share.WithChunk(chunk), share.WithDepth(depth))
+		share.WithUCXConfig("TLS", tlsTCP), share.WithChunk(chunk), share.WithDepth(depth))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func BenchmarkShareSession(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		imp, err := share.Dial(ctx, "tcp", p.ctrl, sealer, share.WithRequireMode(share.ModeRkey),
-			share.WithImporterUCXConfig("TLS", tlsTCP))
+			share.WithUCXConfig("TLS", tlsTCP))
 		if err != nil {
 			b.Fatal(err)
 		}

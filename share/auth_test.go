@@ -122,7 +122,7 @@ func (r *relay) importerFrameTypes() []byte {
 func TestRelayRefused(t *testing.T) {
 	mem := memory(t, pattern(4096, 3))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -238,7 +238,7 @@ func TestTLSBindsTheProofs(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(l) }()
 	t.Cleanup(func() { assert.NoError(t, e.Close()); assert.NoError(t, <-served) })
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cliCfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13} // the certificate is not the point here
@@ -388,7 +388,7 @@ func TestHandshakesPerHostBounded(t *testing.T) {
 func TestSessionsPerHostBounded(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t, share.WithLimits(share.Limits{SessionsPerHost: 2}))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	a := dial(t, addr)
 	dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -415,7 +415,7 @@ func TestNewcomerUnixSocketRkey(t *testing.T) {
 	require.NoError(t, err)
 	go e.Serve(l)
 	t.Cleanup(func() { e.Close() })
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	imp, err := share.Dial(ctx, "unix", sock, sealer(t))

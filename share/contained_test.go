@@ -79,7 +79,13 @@ func dialHostileWith(t testing.TB, addr string, s share.Sealer) *hostile {
 // the session's data path runs, its port is h.port, nothing is bound.
 func proveHostile(t testing.TB, addr string, s share.Sealer) *hostile {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return proveHostileVia(t, &net.Dialer{}, addr, s)
+}
+
+// proveHostileVia is proveHostile connecting through d.
+func proveHostileVia(t testing.TB, d *net.Dialer, addr string, s share.Sealer) *hostile {
+	t.Helper()
+	c, err := d.Dial("tcp", addr)
 	require.NoError(t, err)
 	h := &hostile{t: t, c: c, s: s, grants: map[string]rawGrant{}}
 	t.Cleanup(h.close)
@@ -329,8 +335,8 @@ func TestContainedReadOnlyGrant(t *testing.T) {
 			mem := newMemory(t, want)
 			rw := newMemory(t, make([]byte, 64))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("ro", mem, share.ReadOnly))
-			require.NoError(t, e.Add("rw", rw, share.ReadWrite))
+			require.NoError(t, e.Add(context.Background(), "ro", mem, share.ReadOnly))
+			require.NoError(t, e.Add(context.Background(), "rw", rw, share.ReadWrite))
 			h := dialHostile(t, addr)
 			// The control: the same put through a writable grant lands.
 			grw := h.grants["rw"]
@@ -369,8 +375,8 @@ func TestContainedRemoveEnforced(t *testing.T) {
 			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
 			keep := newMemory(t, []byte("another region, still shared"))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("r", mem, share.ReadWrite))
-			require.NoError(t, e.Add("keep", keep, share.ReadOnly))
+			require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadWrite))
+			require.NoError(t, e.Add(context.Background(), "keep", keep, share.ReadOnly))
 			h := dialHostile(t, addr)
 			g := h.grants["r"]
 
@@ -411,7 +417,7 @@ func TestContainedRotateEnforced(t *testing.T) {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
 			e, addr := serve(t, share.WithMode(share.ModeRkey))
-			require.NoError(t, e.Add("r", mem, share.ReadWrite))
+			require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadWrite))
 			h := dialHostile(t, addr)
 			old := h.grants["r"]
 
@@ -453,7 +459,7 @@ func TestContainedRotateEnforced(t *testing.T) {
 func TestContainedLeaseEnforced(t *testing.T) {
 	mem := newMemory(t, bytes.Repeat([]byte("leased "), 100))
 	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithLease(300*time.Millisecond), share.WithAckTimeout(300*time.Millisecond))
-	require.NoError(t, e.Add("r", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadWrite))
 	h := dialHostile(t, addr)
 	g := h.grants["r"]
 	typ, p, err := h.next(5 * time.Second)
@@ -480,7 +486,7 @@ func TestContainedDataPathAdmitsOnlyThePeer(t *testing.T) {
 	want := pattern(4096, 5)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	h := proveHostile(t, addr, sealer(t))
 	dp := dataPathListeningOn(t, h.port)
 	ports := listeningPorts(t, dp)
@@ -523,7 +529,7 @@ func TestContainedDataPathInheritsNoDescriptor(t *testing.T) {
 
 	mem := newMemory(t, pattern(4096, 6))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	h := dialHostile(t, addr)
 	dp := dataPathListeningOn(t, h.port)
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", dp))
@@ -552,7 +558,7 @@ func TestContainedImporterProcess(t *testing.T) {
 	require.NoError(t, err)
 	e, err := share.NewExporter(s, share.WithMode(share.ModeRkey))
 	require.NoError(t, err)
-	require.NoError(t, e.Add("r", newMemory(t, pattern(64<<10, 1)), share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "r", newMemory(t, pattern(64<<10, 1)), share.ReadOnly))
 	l, err := net.Listen("tcp", hostAddr)
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -588,7 +594,7 @@ func TestContainedImporterDataPathKilled(t *testing.T) {
 	want := pattern(64<<10, 1)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("r", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadOnly))
 	p := startImporter(t, nil, "-connect", addr, "-read", "r:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 	kids := childrenOf(t, p.Pid())
@@ -681,7 +687,7 @@ func TestContainedBindWindow(t *testing.T) {
 	want := pattern(4096, 7)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	earlier := proveHostile(t, addr, sealer(t)) // a session whose claim a relay replays
 	h := proveHostile(t, addr, sealer(t))       // the importer, before its bind
 	host, _, _ := net.SplitHostPort(addr)
@@ -727,7 +733,7 @@ func TestContainedBindWindowCraftedAddress(t *testing.T) {
 	want := pattern(4096, 8)
 	mem := newMemory(t, want)
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	h := proveHostile(t, addr, sealer(t))
 	dp := dataPathListeningOn(t, h.port)
 	var iface uint16
@@ -961,7 +967,7 @@ func runContainedExporter() int {
 	if err != nil {
 		return failRole(err)
 	}
-	if err := e.Add("data", mem, share.ReadOnly); err != nil {
+	if err := e.Add(context.Background(), "data", mem, share.ReadOnly); err != nil {
 		return failRole(err)
 	}
 	l, err := net.Listen("tcp", hostAddr)
@@ -1040,8 +1046,8 @@ func TestContainedRemoveForcedEndsOnlyTheRegion(t *testing.T) {
 	mem := newMemory(t, bytes.Repeat([]byte("before "), 1000))
 	keep := newMemory(t, []byte("another region, still shared"))
 	e, addr := serve(t, share.WithMode(share.ModeRkey))
-	require.NoError(t, e.Add("r", mem, share.ReadWrite))
-	require.NoError(t, e.Add("keep", keep, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "keep", keep, share.ReadOnly))
 	h := dialHostile(t, addr) // never reads its control connection: no ack
 	good := dial(t, addr)
 	k := h.grants["keep"]
@@ -1072,4 +1078,81 @@ func TestContainedRemoveForcedEndsOnlyTheRegion(t *testing.T) {
 	p := make([]byte, 7)
 	_, err = r.ReadAt(p, 0)
 	require.NoError(t, err, "the well-behaved session goes on")
+}
+
+// Add and Rotate wait for no importer past their ctx: an importer that
+// stops reading its control connection fills it with grants until the
+// exporter's write stalls; the Add whose ctx ends then returns nil (the
+// region is shared), that session alone is ended, and a well-behaved
+// importer holds every region.
+func TestAddDoesNotWaitForAStalledImporter(t *testing.T) {
+	mem := newMemory(t, bytes.Repeat([]byte("x"), 4096))
+	e, addr := serve(t, share.WithMode(share.ModeRkey), share.WithAckTimeout(time.Hour))
+	small := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error { // a small window from the SYN on
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	h := proveHostileVia(t, small, addr, sealer(t))
+	h.bind(addr) // then never reads its control connection
+	shrinkSendBuffer(t, h.c.LocalAddr().(*net.TCPAddr))
+	good := dial(t, addr)
+	long := strings.Repeat("r", 200) // a long id makes each grant frame larger
+	stalled := -1
+	for i := 0; i < share.MaxRegions && stalled < 0; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := e.Add(ctx, fmt.Sprintf("%s%04d", long, i), mem, share.ReadOnly)
+		cancel()
+		require.NoError(t, err, "Add %d", i)
+		if len(e.Sessions()) == 1 {
+			stalled = i
+		}
+	}
+	require.GreaterOrEqual(t, stalled, 0, "the stalled importer's connection never filled")
+	t.Logf("the exporter's write stalled at region %d; the session was ended", stalled)
+	ss := e.Sessions()
+	require.Len(t, ss, 1)
+	assert.Equal(t, good.SessionID(), ss[0].ID(), "the well-behaved session goes on")
+	r, err := good.Region(fmt.Sprintf("%s%04d", long, stalled))
+	require.NoError(t, err, "the well-behaved importer holds the region whose Add ended the other session")
+	p := make([]byte, 1)
+	_, err = r.ReadAt(p, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(p))
+}
+
+// shrinkSendBuffer makes the send buffer of this process's TCP socket
+// connected to peer small, as a congested path would keep it: the
+// exporter's side of a control connection runs in the test's process.
+func shrinkSendBuffer(t *testing.T, peer *net.TCPAddr) {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	for _, d := range fds {
+		fd, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		sa, err := syscall.Getpeername(fd)
+		if err != nil {
+			continue
+		}
+		var port int
+		var ip net.IP
+		switch a := sa.(type) {
+		case *syscall.SockaddrInet4:
+			port, ip = a.Port, a.Addr[:]
+		case *syscall.SockaddrInet6:
+			port, ip = a.Port, a.Addr[:]
+		default:
+			continue
+		}
+		if port == peer.Port && ip.Equal(peer.IP) {
+			require.NoError(t, syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096))
+			return
+		}
+	}
+	t.Fatalf("no socket of this process is connected to %v", peer)
 }

@@ -118,7 +118,7 @@ func configures(kv [][2]string, name string) bool {
 // network device holding addr: the interface's name, and the RDMA device
 // ports sysfs lists beneath it (mlx5_0:1, say), comma-separated; "" when
 // no interface holds addr. The data paths of rkey mode use it, unless
-// NET_DEVICES is configured (WithUCXConfig, WithImporterUCXConfig, or
+// NET_DEVICES is configured (WithUCXConfig, WithUCXConfig, or
 // UCX_NET_DEVICES in the environment).
 func DevicesFacing(addr netip.Addr) string {
 	addr = addr.Unmap()

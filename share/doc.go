@@ -13,7 +13,7 @@
 //	mem, err := share.NewMemory(64 << 20)      // shareable memory: fill mem.Bytes()
 //	events := make(chan share.Event, 64)       // opened, refused, acknowledged, expired, ended
 //	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour), share.WithEvents(events))
-//	err = exp.Add("frames", mem, share.ReadWrite)
+//	err = exp.Add(ctx, "frames", mem, share.ReadWrite)
 //	l, err := net.Listen("tcp", hostAddr)      // the host's address facing the DPU
 //	go func() { served <- exp.Serve(l) }()
 //	...
@@ -135,6 +135,6 @@
 // values as package ucs's).
 //
 // Exporter.Stats, Session.Stats and Importer.Stats return counters as
-// structs; WithExpvarName and WithImporterExpvarName publish them through
+// structs; WithExpvarName and WithExpvarName publish them through
 // package expvar in the map "ucxshare".
 package share

@@ -44,7 +44,7 @@ var (
 	// ErrClosed: the Exporter, Importer, Region, Peer or Memory was closed
 	// (by Close, or by the session's end).
 	ErrClosed = ucs.ErrClosed
-	// ErrTimedOut: a call's ctx deadline (or WithDialTimeout, the ack
+	// ErrTimedOut: a call's ctx deadline (or WithHandshakeTimeout, the ack
 	// timeout) passed first; ErrCanceled: its ctx was canceled. The error
 	// also wraps ctx.Err().
 	ErrTimedOut error = ucs.ErrTimedOut

@@ -18,8 +18,8 @@ import (
 func TestNewcomerErrorsOneNamespace(t *testing.T) {
 	m := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", m, share.ReadOnly))
-	assert.ErrorIs(t, e.Add("a", m, share.ReadOnly), share.ErrExists)
+	require.NoError(t, e.Add(context.Background(), "a", m, share.ReadOnly))
+	assert.ErrorIs(t, e.Add(context.Background(), "a", m, share.ReadOnly), share.ErrExists)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := e.Remove(ctx, "nope")

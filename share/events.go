@@ -72,7 +72,7 @@ func (ev Event) String() string {
 // Every session sends one EventOpened or EventRefused first and, once
 // opened, one EventEnded last.
 func WithEvents(ch chan<- Event) ExporterOption {
-	return func(o *exporterOptions) { o.events = ch }
+	return exporterOption(func(o *exporterOptions) { o.events = ch })
 }
 
 // emit sends ev if the exporter has an events channel.

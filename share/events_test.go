@@ -30,8 +30,8 @@ func TestNewcomerEvents(t *testing.T) {
 	a, b := memory(t, pattern(4096, 1)), memory(t, pattern(4096, 2)) // closed after the exporter
 	events := make(chan share.Event, 16)
 	e, addr := serve(t, share.WithEvents(events))
-	require.NoError(t, e.Add("a", a, share.ReadOnly))
-	require.NoError(t, e.Add("b", b, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", a, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "b", b, share.ReadOnly))
 
 	imp := dial(t, addr)
 	ev := next(t, events)
@@ -83,7 +83,7 @@ func TestEventsExpiredAndDropped(t *testing.T) {
 	m, m2 := memory(t, pattern(4096, 1)), memory(t, pattern(4096, 1))
 	events := make(chan share.Event, 8)
 	e, addr := serve(t, share.WithEvents(events), share.WithLease(300*time.Millisecond))
-	require.NoError(t, e.Add("a", m, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", m, share.ReadOnly))
 	imp := dial(t, addr)
 	assert.Equal(t, share.EventOpened, next(t, events).Kind)
 	ev := next(t, events)
@@ -94,7 +94,7 @@ func TestEventsExpiredAndDropped(t *testing.T) {
 
 	full := make(chan share.Event) // no room at all
 	e2, addr2 := serve(t, share.WithEvents(full))
-	require.NoError(t, e2.Add("a", m2, share.ReadOnly))
+	require.NoError(t, e2.Add(context.Background(), "a", m2, share.ReadOnly))
 	imp2 := dial(t, addr2)
 	b := make([]byte, 8)
 	r, err := imp2.Region("a")

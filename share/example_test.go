@@ -12,6 +12,8 @@ import (
 // A host shares a buffer, an importer reads and writes it, the host
 // revokes it.
 func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	secret := []byte("a secret of at least 16 bytes")
 	sealer, err := share.NewHMACSealer(secret)
 	if err != nil {
@@ -32,7 +34,7 @@ func Example() {
 		panic(err)
 	}
 	defer exp.Close()
-	if err := exp.Add("greeting", mem, share.ReadWrite); err != nil {
+	if err := exp.Add(ctx, "greeting", mem, share.ReadWrite); err != nil {
 		panic(err)
 	}
 	l, err := net.Listen("tcp", hostAddr) // the host's address on the DPU's network
@@ -42,8 +44,6 @@ func Example() {
 	go exp.Serve(l)
 
 	// The importer (another process, usually: the DPU).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer)
 	if err != nil {
 		panic(err)

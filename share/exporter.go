@@ -34,9 +34,6 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 )
 
-// ExporterOption configures NewExporter.
-type ExporterOption func(*exporterOptions)
-
 type exporterOptions struct {
 	mode      Mode
 	lease     time.Duration
@@ -53,24 +50,21 @@ type exporterOptions struct {
 // WithMode chooses how memory is shared (default ModeAuto: ModeExport
 // where a memory domain of this machine can export keys, ModeRkey
 // otherwise; Exporter.Mode says which and why).
-func WithMode(m Mode) ExporterOption { return func(o *exporterOptions) { o.mode = m } }
+func WithMode(m Mode) ExporterOption { return exporterOption(func(o *exporterOptions) { o.mode = m }) }
 
 // WithLease sets how long a grant is valid (default DefaultLease): at its
 // expiry the exporter revokes it, unless Rotate replaced it.
-func WithLease(d time.Duration) ExporterOption { return func(o *exporterOptions) { o.lease = d } }
+func WithLease(d time.Duration) ExporterOption {
+	return exporterOption(func(o *exporterOptions) { o.lease = d })
+}
 
 // WithAckTimeout bounds how long a revocation the exporter starts itself
 // (lease expiry, the end of a rotation's grace, Close) waits for the
 // importer's acknowledgement before it closes that importer's session by
 // force (default DefaultAckTimeout). Revoke, Session.Revoke, Remove and
 // Rotate take a ctx instead.
-func WithAckTimeout(d time.Duration) ExporterOption { return func(o *exporterOptions) { o.ack = d } }
-
-// WithHandshakeTimeout bounds a new session's hello and, in rkey mode, the
-// start of its data-path process and its data connection (default
-// DefaultHandshakeTimeout).
-func WithHandshakeTimeout(d time.Duration) ExporterOption {
-	return func(o *exporterOptions) { o.handshake = d }
+func WithAckTimeout(d time.Duration) ExporterOption {
+	return exporterOption(func(o *exporterOptions) { o.ack = d })
 }
 
 // Limits bounds what a party that has not proved the secret, and each
@@ -105,7 +99,9 @@ var DefaultLimits = Limits{Handshakes: 64, HandshakesPerHost: 8, Hello: 2 * time
 // WithLimits sets the exporter's limits on unauthenticated connections
 // and on each importer host's sessions (docs/security.md says what a
 // flood holds under the defaults).
-func WithLimits(l Limits) ExporterOption { return func(o *exporterOptions) { o.limits = l } }
+func WithLimits(l Limits) ExporterOption {
+	return exporterOption(func(o *exporterOptions) { o.limits = l })
+}
 
 // WithDialAddresses names addresses importers dial that reach this
 // exporter through an address translation (a port forward, a load
@@ -122,22 +118,8 @@ func WithLimits(l Limits) ExporterOption { return func(o *exporterOptions) { o.l
 // translation must carry those too, so rkey mode through a NAT or a load
 // balancer does not work.
 func WithDialAddresses(addrs ...string) ExporterOption {
-	return func(o *exporterOptions) { o.dialed = append(o.dialed, addrs...) }
+	return exporterOption(func(o *exporterOptions) { o.dialed = append(o.dialed, addrs...) })
 }
-
-// WithUCXConfig sets a UCX configuration value of the exporter's UCX
-// contexts (ucp.WithConfig): in export mode the exporter's own, in rkey
-// mode each data-path process's; after the ones the exporter applies
-// itself (ExporterConfig, ExportModeConfig, and in rkey mode NET_DEVICES,
-// the device of the control connection).
-func WithUCXConfig(name, value string) ExporterOption {
-	return func(o *exporterOptions) { o.config = append(o.config, [2]string{name, value}) }
-}
-
-// WithExpvarName publishes the exporter's Stats through package expvar,
-// as the key "exporter.<name>" of the map "ucxshare", until Close; a name
-// another exporter holds makes NewExporter fail (ucs.ErrAlreadyExists).
-func WithExpvarName(name string) ExporterOption { return func(o *exporterOptions) { o.name = name } }
 
 // ExportModeConfig is the UCX configuration export mode applies to the
 // contexts of both sides, before WithUCXConfig values: the shared-memory
@@ -204,7 +186,7 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	}
 	o := exporterOptions{lease: DefaultLease, ack: DefaultAckTimeout, handshake: DefaultHandshakeTimeout}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyExporter(&o)
 	}
 	if o.lease <= 0 || o.ack <= 0 || o.handshake <= 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "lease, ack and handshake timeouts must be positive")
@@ -337,10 +319,16 @@ func accessOf(p ucp.Prot) Access {
 }
 
 // Add shares m (all of m.Bytes()) as the region id with every importer,
-// present and future, with access a (ReadOnly, WriteOnly or ReadWrite). m cannot be closed until Remove(id) or
-// Close returned (Memory.Close is refused while it is shared); its bytes
-// may be reused then: no importer can reach them. Sessions open already
-// get a grant for it at once.
+// present and future, with access a (ReadOnly, WriteOnly or ReadWrite). m
+// cannot be closed until Remove(id) or Close returned (Memory.Close is
+// refused while it is shared); its bytes may be reused then: no importer
+// can reach them.
+//
+// Add returns once every session open at the call has been sent its grant
+// (to all of them at once: a slow importer delays no other). A session
+// whose grant is not sent when ctx ends (its importer does not read its
+// connection) is ended, as one that does not acknowledge a revocation is;
+// the region is shared all the same, and Add returns nil.
 //
 // id is 1 to 255 bytes of UTF-8, m is open, and at most MaxRegions are
 // shared at once: otherwise the error wraps ucs.ErrInvalidParam,
@@ -348,7 +336,7 @@ func accessOf(p ucp.Prot) Access {
 // ucs.ErrClosed after Close. A removed id may be added again; importers
 // then see a new Region under it, the removed one staying revoked. One
 // Memory may be shared under several ids.
-func (e *Exporter) Add(id string, m *Memory, a Access) error {
+func (e *Exporter) Add(ctx context.Context, id string, m *Memory, a Access) error {
 	const op = "share: add region"
 	if err := checkRegionID(op, id); err != nil {
 		return &ucs.Error{Op: op, Err: ucs.ErrInvalidParam, Reason: err.(*ucs.Error).Reason}
@@ -383,13 +371,53 @@ func (e *Exporter) Add(id string, m *Memory, a Access) error {
 	sessions := e.sessionList()
 	e.mu.Unlock()
 	e.st.regions.Add(1)
-	var wg sync.WaitGroup
-	for _, s := range sessions { // at once: a slow importer delays no other
-		wg.Add(1)
-		go func() { defer wg.Done(); s.grantNew(r) }()
-	}
-	wg.Wait()
+	grantAll(ctx, sessions, r)
 	return nil
+}
+
+// grantAll grants r to each of sessions at once (a slow importer delays no
+// other) and returns those that got their grant. A session whose grant is
+// not sent when ctx ends (its importer does not read its connection, or its
+// data path does not answer) is ended, which fails its grant.
+func grantAll(ctx context.Context, sessions []*Session, r *region) (granted []*Session) {
+	type result struct {
+		s  *Session
+		ok bool
+	}
+	results := make(chan result, len(sessions))
+	for _, s := range sessions {
+		go func() { results <- result{s, s.grantNew(r) == nil} }()
+	}
+	pending := map[*Session]bool{}
+	for _, s := range sessions {
+		pending[s] = true
+	}
+	done := ctx.Done()
+	for len(pending) > 0 {
+		select {
+		case res := <-results:
+			delete(pending, res.s)
+			if res.ok {
+				granted = append(granted, res.s)
+			}
+		case <-done:
+			done = nil
+			cause := ctxCause(ctx)
+			for s := range pending {
+				go s.end(&ucs.Error{Op: "share: grant", Err: cause, Reason: "the importer did not take the grant within the call's ctx", Wrapped: ctx.Err()}, false)
+			}
+		}
+	}
+	return granted
+}
+
+// ctxCause is the condition an ended ctx stands for: ucs.ErrCanceled when
+// it was canceled, ucs.ErrTimedOut otherwise.
+func ctxCause(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return ucs.ErrCanceled
+	}
+	return ucs.ErrTimedOut
 }
 
 // Remove stops sharing the region id (an unknown id is an error wrapping
@@ -429,7 +457,8 @@ func (e *Exporter) Remove(ctx context.Context, id string) (Revocation, error) {
 // as it moved over), then revokes what is left of the old one. It returns
 // once every old registration is unmapped; when ctx ends first, the old
 // registrations not acknowledged are unmapped without the
-// acknowledgement, as Remove does.
+// acknowledgement, as Remove does, and a session whose new grant is not
+// sent by then is ended (as Add ends it).
 func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (Revocation, error) {
 	const op = "share: rotate"
 	e.mu.Lock()
@@ -439,26 +468,18 @@ func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (
 	if r == nil {
 		return Revocation{}, errs.New(op, ucs.ErrNoElem, "no region %q", id)
 	}
-	var mu sync.Mutex
-	old := map[*Session][]*generation{}
-	var wg sync.WaitGroup
+	held := map[*Session][]*generation{}
+	var holders []*Session
 	for _, s := range sessions {
-		gens := s.gensOf(id, 0)
-		if len(gens) == 0 {
-			continue
+		if gens := s.gensOf(id, 0); len(gens) > 0 {
+			held[s] = gens
+			holders = append(holders, s)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.grantNew(r); err != nil {
-				return // the session ended: its registrations are unmapped
-			}
-			mu.Lock()
-			old[s] = gens
-			mu.Unlock()
-		}()
 	}
-	wg.Wait()
+	old := map[*Session][]*generation{}
+	for _, s := range grantAll(ctx, holders, r) { // a session not granted ended: its registrations are unmapped
+		old[s] = held[s]
+	}
 	e.st.rotations.Add(1)
 	t := time.NewTimer(grace)
 	defer t.Stop()

@@ -112,7 +112,7 @@ func TestKilledImporterEndsSessionWithError(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(64<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("r", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "r", mem, share.ReadOnly))
 	// Importers that hold their grant and do nothing (one killed while it
 	// reads can abort this process: TestExporterSurvivesKilledReaders); two
 	// killed at once are two samples of what was a race.
@@ -148,7 +148,7 @@ func TestCleanImporterCloseIsNotAnError(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(64<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	const rounds = 3
 	for i := range rounds {
 		imp := dial(t, addr)
@@ -228,7 +228,7 @@ func TestRevokeUnderLoad(t *testing.T) {
 	mem := memory(t, pattern(256<<10, 1))
 	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 
@@ -282,7 +282,7 @@ func TestLeaseExpiryProcessImporter(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(256<<10, 1))
 	e, addr := serve(t, share.WithLease(time.Second))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1")
 	p.WaitLine(t, "STREAMING", bound)
 	f := fields(p.WaitLine(t, "FAIL read", bound))
@@ -307,7 +307,7 @@ func TestRotateUnderLoadProcessImporter(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(256<<10, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	p := startImporter(t, nil, "-connect", addr, "-read", "a:1", "-chunk", "16384")
 	p.WaitLine(t, "STREAMING", bound)
 	reads := func() int64 { return atoi(t, fields(ask(t, p, "count", "COUNT"))["read"]) }
@@ -371,7 +371,7 @@ func TestWrongKeyProcessImporter(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	const n = 2
 	var ps []*testproc.Proc
 	for range n {
@@ -397,7 +397,7 @@ func TestBadFramesRefused(t *testing.T) {
 	mem := memory(t, pattern(64<<10, 1))
 	a := mem.Bytes()
 	e, addr := serve(t, share.WithHandshakeTimeout(bound))
-	require.NoError(t, e.Add("a", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadWrite))
 	for _, c := range badFrames {
 		t.Run(c.name, func(t *testing.T) {
 			types, payloads := sendRaw(t, addr, c.send)
@@ -590,7 +590,7 @@ func TestAlteredGrantRefused(t *testing.T) {
 	a := mem.Bytes()
 	pl := listen(t)
 	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	var once sync.Once
 	m := startMITM(t, pl, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
@@ -639,7 +639,7 @@ func TestRefusedGrantCountedOnce(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	pl := listen(t)
 	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	var once sync.Once
 	m := startMITM(t, pl, addr, func(typ byte, p []byte) {
 		if typ == frameGrant {
@@ -673,7 +673,7 @@ func TestRegionsRevokedWhenSessionEnds(t *testing.T) {
 	pl := listen(t)
 	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
 	for i, mem := range mems {
-		require.NoError(t, e.Add(fmt.Sprintf("r%02d", i), mem, share.ReadOnly))
+		require.NoError(t, e.Add(context.Background(), fmt.Sprintf("r%02d", i), mem, share.ReadOnly))
 	}
 	m := startMITM(t, pl, addr, nil, true)
 	succeeded := 0

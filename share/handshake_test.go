@@ -162,7 +162,7 @@ func TestNoGrantBeforeProof(t *testing.T) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	r := &rawSession{t: t, c: c, s: sealer(t)}
 	require.True(t, r.hellos(), "the exporter's proof holds")
-	require.NoError(t, e.Add("payroll", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "payroll", mem, share.ReadOnly))
 	typ, _, err := rawRead(c)
 	if err == nil {
 		assert.Equal(t, byte(3), typ, "the only frame after the hello is a refusal at the deadline")
@@ -268,7 +268,7 @@ func TestAddDuringHandshakeGrantsOnce(t *testing.T) {
 	dialed := dialAsync(t, g.Addr().String())
 	dialed.atGate(t, g)
 	added := make(chan error, 1)
-	go func() { added <- e.Add("a", mem, share.ReadOnly) }()
+	go func() { added <- e.Add(context.Background(), "a", mem, share.ReadOnly) }()
 	time.Sleep(100 * time.Millisecond)
 	g.open()
 	imp := dialed.wait(t)
@@ -293,7 +293,7 @@ func TestRemoveDuringHandshake(t *testing.T) {
 	}
 	g, e := gate(t, 4) // hold the first grant
 	for i, mem := range mems {
-		require.NoError(t, e.Add("r"+strconv.Itoa(i), mem, share.ReadOnly))
+		require.NoError(t, e.Add(context.Background(), "r"+strconv.Itoa(i), mem, share.ReadOnly))
 	}
 	dialed := dialAsync(t, g.Addr().String())
 	dialed.atGate(t, g)
@@ -325,7 +325,7 @@ func TestReplayedGrantRefused(t *testing.T) {
 	mem := memory(t, bytes.Repeat([]byte("abcdefgh"), 512))
 	pl := listen(t) // a relay the exporter was told of (WithDialAddresses)
 	e, addr := serve(t, share.WithDialAddresses(pl.Addr().String()))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	var mu sync.Mutex
 	var grant []byte
 	var toImp net.Conn

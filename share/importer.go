@@ -28,9 +28,6 @@ const (
 	DefaultStaging = 4 << 20
 )
 
-// ImporterOption configures Dial and NewImporter.
-type ImporterOption func(*importerOptions)
-
 type importerOptions struct {
 	want      Mode
 	depth     int
@@ -48,43 +45,29 @@ type importerOptions struct {
 // for ModeExport on a machine where no memory domain can import exported
 // keys (uct.HaveExportedMkey), with one wrapping ucs.ErrUnsupported
 // before the exporter is contacted.
-func WithRequireMode(m Mode) ImporterOption { return func(o *importerOptions) { o.want = m } }
+func WithRequireMode(m Mode) ImporterOption {
+	return importerOption(func(o *importerOptions) { o.want = m })
+}
 
 // WithDepth bounds the RMA operations one call keeps in flight (default
 // DefaultDepth).
-func WithDepth(n int) ImporterOption { return func(o *importerOptions) { o.depth = n } }
+func WithDepth(n int) ImporterOption { return importerOption(func(o *importerOptions) { o.depth = n }) }
 
 // WithChunk is the size of one RMA operation of a call (default
 // DefaultChunk).
-func WithChunk(n int) ImporterOption { return func(o *importerOptions) { o.chunk = n } }
+func WithChunk(n int) ImporterOption { return importerOption(func(o *importerOptions) { o.chunk = n }) }
 
 // WithStaging is the size of the offload area of the staging file in rkey
 // mode (default DefaultStaging): the largest active message SendAM and
 // ReceiveAM move, and what CopyTo and CopyFrom move at a time (in halves).
-func WithStaging(n int) ImporterOption { return func(o *importerOptions) { o.staging = n } }
-
-// WithDialTimeout bounds the session's handshake (default
-// DefaultHandshakeTimeout), within the ctx of Dial or NewImporter.
-func WithDialTimeout(d time.Duration) ImporterOption {
-	return func(o *importerOptions) { o.handshake = d }
+func WithStaging(n int) ImporterOption {
+	return importerOption(func(o *importerOptions) { o.staging = n })
 }
 
 // WithClockSkew is how far the exporter's clock may run ahead of this
 // one's when a grant's issue time is checked (default 2s).
-func WithClockSkew(d time.Duration) ImporterOption { return func(o *importerOptions) { o.skew = d } }
-
-// WithImporterUCXConfig sets a UCX configuration value of the importer's
-// context (ucp.WithConfig), after those export mode applies.
-func WithImporterUCXConfig(name, value string) ImporterOption {
-	return func(o *importerOptions) { o.config = append(o.config, [2]string{name, value}) }
-}
-
-// WithImporterExpvarName publishes the importer's Stats through package
-// expvar, as the key "importer.<name>" of the map "ucxshare", until Close;
-// a name another importer holds makes Dial and NewImporter fail
-// (ucs.ErrAlreadyExists).
-func WithImporterExpvarName(name string) ImporterOption {
-	return func(o *importerOptions) { o.name = name }
+func WithClockSkew(d time.Duration) ImporterOption {
+	return importerOption(func(o *importerOptions) { o.skew = d })
 }
 
 // Importer is one session with an exporter: the regions it granted, read
@@ -191,7 +174,7 @@ func NewImporter(ctx context.Context, conn net.Conn, sealer Sealer, opts ...Impo
 	o := importerOptions{depth: DefaultDepth, chunk: DefaultChunk, staging: DefaultStaging,
 		handshake: DefaultHandshakeTimeout, skew: 2 * time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyImporter(&o)
 	}
 	if o.depth < 1 || o.chunk < 1 || o.staging < 1 || o.handshake <= 0 || o.skew < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "depth, chunk, staging and timeouts must be positive")

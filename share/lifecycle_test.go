@@ -49,7 +49,7 @@ func TestRotateUnderLoad(t *testing.T) {
 	mem := memory(t, pattern(512<<10, 5))
 	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func TestRotateUnderLoad(t *testing.T) {
 func TestLeaseExpiryRevokes(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t, share.WithLease(300*time.Millisecond))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestRevokeOneImporterOthersGoOn(t *testing.T) {
 	mem := memory(t, pattern(128<<10, 2))
 	a := mem.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	imps := []*share.Importer{dial(t, addr), dial(t, addr), dial(t, addr)}
 	stop := make(chan struct{})
 	var reads [3]atomic.Int64
@@ -134,7 +134,7 @@ func TestCloseInAnyOrder(t *testing.T) {
 			require.NoError(t, err)
 			l := listen(t)
 			go e.Serve(l)
-			require.NoError(t, e.Add("a", mem, share.ReadWrite))
+			require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadWrite))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer(t))
@@ -166,8 +166,8 @@ func TestRemoveOneRegion(t *testing.T) {
 	ma, mb := memory(t, pattern(64<<10, 1)), memory(t, pattern(64<<10, 2))
 	b := mb.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", ma, share.ReadOnly))
-	require.NoError(t, e.Add("b", mb, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", ma, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "b", mb, share.ReadOnly))
 	i1, i2 := dial(t, addr), dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -189,8 +189,8 @@ func TestRemoveOneRegion(t *testing.T) {
 func TestStatsPublishedThroughExpvar(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t, share.WithExpvarName("t1"))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
-	imp := dial(t, addr, share.WithImporterExpvarName("t1"))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
+	imp := dial(t, addr, share.WithExpvarName("t1"))
 	_, err := imp.Regions()[0].ReadAt(make([]byte, 100), 0)
 	require.NoError(t, err)
 	m, ok := expvar.Get("ucxshare").(*expvar.Map)
@@ -213,7 +213,7 @@ func TestStatsPublishedThroughExpvar(t *testing.T) {
 func TestCleanCloseIsNoError(t *testing.T) {
 	mem := memory(t, make([]byte, 64<<10))
 	e, addr := serve(t, share.WithMode(share.ModeRkey))
-	require.NoError(t, e.Add("a", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadWrite))
 	for range testproc.Rounds(10) {
 		imp := dial(t, addr)
 		r, err := imp.Region("a")

@@ -98,7 +98,7 @@ func (r *Region) copyPeer(ctx context.Context, op string, rng PeerRange, off int
 // offloaded waits for an offload operation of the session's data path
 // while ctx lasts, then calls release. When ctx ends first, it returns at
 // once with ctx's error and leaves the operation to end in the background
-// (as waitInFlight ends it: within WithDialTimeout, or with the data path),
+// (as waitInFlight ends it: within WithHandshakeTimeout, or with the data path),
 // holding the offload area and the region's generation until then: the
 // next offload call, and a revocation of the region, wait for it.
 func offloaded[R inflight](imp *Importer, ctx context.Context, req R, release func()) error {

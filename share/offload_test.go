@@ -140,7 +140,7 @@ func TestOffloadNewcomerMisuse(t *testing.T) {
 	t.Parallel()
 	mem := memory(t, pattern(65536, 3))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadWrite))
 	peer := testproc.Start(t, testproc.Spec{Role: rolePeer, Args: []string{"-size", "65536"}})
 	peerAddr := peer.WaitLine(t, "ADDR", bound)
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
@@ -201,7 +201,7 @@ func TestNewcomerSendAMHonoursCtx(t *testing.T) {
 	const size = 256 << 10
 	mem := memory(t, pattern(size, 41))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	peer := testproc.Start(t, testproc.Spec{Role: rolePeer, Args: []string{"-size", fmt.Sprint(size)}})
 	peerAddr := peer.WaitLine(t, "ADDR", bound)
 	ctx, cancel := context.WithTimeout(context.Background(), bound)

@@ -48,7 +48,7 @@ func host(ctx context.Context, l net.Listener, secret []byte) (_ string, err err
 	if err != nil {
 		return "", err
 	}
-	if err := exp.Add("greeting", mem, share.ReadWrite); err != nil {
+	if err := exp.Add(ctx, "greeting", mem, share.ReadWrite); err != nil {
 		return "", errors.Join(err, exp.Close())
 	}
 	served := make(chan error, 1)

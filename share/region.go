@@ -284,7 +284,7 @@ func (r *Region) retire(ctx context.Context, old *igen) {
 		err = imp.dp.Drop(ctx, old.g.Gen)
 	}
 	if old.lr != nil {
-		err = old.lr.Close(ctx)
+		err = old.lr.Close()
 		old.mem.Close()
 	}
 	if err != nil {

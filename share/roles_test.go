@@ -210,7 +210,7 @@ func runExporter() int {
 		mems = append(mems, m)
 		mem[r.id] = m.Bytes()
 		copy(mem[r.id], pattern(r.size, r.seed))
-		if err := e.Add(r.id, m, r.prot); err != nil {
+		if err := e.Add(context.Background(), r.id, m, r.prot); err != nil {
 			return fail(err)
 		}
 	}
@@ -377,7 +377,7 @@ func runImporter() int {
 	write := fs.String("write", "", "id:seed of the region to stream writes to")
 	chunk := fs.Int("chunk", share.DefaultChunk, "WithChunk")
 	opTO := fs.Duration("op-timeout", 0, "each call's ctx")
-	dialTO := fs.Duration("dial-timeout", 10*time.Second, "WithDialTimeout")
+	dialTO := fs.Duration("dial-timeout", 10*time.Second, "WithHandshakeTimeout")
 	retry := fs.Duration("retry", 0, "dial again while nothing listens or the handshake times out, for this long")
 	wait := fs.Bool("wait", false, "dial once a line \"dial\" comes on stdin")
 	if err := fs.Parse(os.Args[2:]); err != nil {
@@ -393,9 +393,9 @@ func runImporter() int {
 	if err != nil {
 		return fail(err)
 	}
-	opts := []share.ImporterOption{share.WithRequireMode(parseMode(*mode)), share.WithChunk(*chunk), share.WithDialTimeout(*dialTO)}
+	opts := []share.ImporterOption{share.WithRequireMode(parseMode(*mode)), share.WithChunk(*chunk), share.WithHandshakeTimeout(*dialTO)}
 	if *tls != "" {
-		opts = append(opts, share.WithImporterUCXConfig("TLS", *tls))
+		opts = append(opts, share.WithUCXConfig("TLS", *tls))
 	}
 	var imp *share.Importer
 	for deadline := time.Now().Add(*retry); ; time.Sleep(20 * time.Millisecond) {

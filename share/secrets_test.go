@@ -85,13 +85,13 @@ func TestSecretsNotInErrorsOrStats(t *testing.T) {
 	goodL, badL := listen(t), listen(t)
 	e, addr := serve(t, share.WithLease(400*time.Millisecond), share.WithExpvarName("secrets"),
 		share.WithDialAddresses(goodL.Addr().String(), badL.Addr().String()))
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
 	// A good session through the tap: its grants are what must not show.
 	good := newTap(t, goodL, addr, false)
-	imp, err := share.Dial(ctx, "tcp", good.l.Addr().String(), sealer(t), share.WithImporterExpvarName("secrets"))
+	imp, err := share.Dial(ctx, "tcp", good.l.Addr().String(), sealer(t), share.WithExpvarName("secrets"))
 	require.NoError(t, err)
 	r, err := imp.Region("a")
 	require.NoError(t, err)

@@ -81,8 +81,8 @@ func TestReadWriteTwoRegions(t *testing.T) {
 	ma, mb := memory(t, pattern(1<<20, 1)), memory(t, pattern(64<<10, 9))
 	a, b := ma.Bytes(), mb.Bytes()
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", ma, share.ReadWrite))
-	require.NoError(t, e.Add("b", mb, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", ma, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "b", mb, share.ReadOnly))
 	imp := dial(t, addr)
 	rs := imp.Regions()
 	require.Len(t, rs, 2)
@@ -127,7 +127,7 @@ func TestReadWriteTwoRegions(t *testing.T) {
 func TestRevokeWaitsForAcknowledgement(t *testing.T) {
 	mem := memory(t, pattern(256<<10, 3))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	imp := dial(t, addr)
 	r, err := imp.Region("a")
 	require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestRevokeWaitsForAcknowledgement(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	mem := memory(t, pattern(4096, 1))
 	e, addr := serve(t)
-	require.NoError(t, e.Add("a", mem, share.ReadOnly))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadOnly))
 	other, err := share.NewHMACSealer([]byte("another secret of enough length"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

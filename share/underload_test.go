@@ -43,7 +43,7 @@ func underLoadCycle(t *testing.T, action int) {
 	l := listen(t)
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(l) }()
-	require.NoError(t, e.Add("a", mem, share.ReadWrite))
+	require.NoError(t, e.Add(context.Background(), "a", mem, share.ReadWrite))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	imp, err := share.Dial(ctx, "tcp", l.Addr().String(), sealer(t), share.WithChunk(32<<10))

@@ -552,10 +552,10 @@ func TestWriteWireCorpus(t *testing.T) {
 	rec := &recordingListener{Listener: l}
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(rec) }()
-	if err := e.Add("a", a, ReadWrite); err != nil {
+	if err := e.Add(context.Background(), "a", a, ReadWrite); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Add("régión-b", b, ReadOnly); err != nil {
+	if err := e.Add(context.Background(), "régión-b", b, ReadOnly); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

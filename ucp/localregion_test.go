@@ -69,9 +69,9 @@ func TestLocalRegionCloseUnmaps(t *testing.T) {
 		_, err = again.ReadAt(got, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
-		require.NoError(t, again.Close(waitCtx(t)))
-		require.NoError(t, lr.Close(waitCtx(t)))
-		require.NoError(t, lr.Close(waitCtx(t)), "a second Close does nothing")
+		require.NoError(t, again.Close())
+		require.NoError(t, lr.Close())
+		require.NoError(t, lr.Close(), "a second Close does nothing")
 
 		b, err := m.Bytes()
 		require.NoError(t, err, "the mapping outlives its regions")
@@ -136,11 +136,11 @@ func TestLocalRegionMappingClosedFirst(t *testing.T) {
 				assert.Equal(t, line, mappingAt(t, m.Address()), "mapped while its region is open")
 			}
 
-			require.NoError(t, lr.Close(waitCtx(t)))
+			require.NoError(t, lr.Close())
 			if c.seesUnmap {
 				assert.NotEqual(t, line, mappingAt(t, m.Address()), "the region's Close unmapped the closed mapping")
 			}
-			require.NoError(t, lr.Close(waitCtx(t)))
+			require.NoError(t, lr.Close())
 		})
 	}
 }
@@ -177,7 +177,7 @@ func TestLocalRegionsConcurrent(t *testing.T) {
 				}
 				sl, err := w.LocalRegion(waitCtx(t), shared)
 				if !assert.NoError(t, err) {
-					lr.Close(waitCtx(t))
+					lr.Close()
 					m.Close()
 					return
 				}
@@ -201,13 +201,13 @@ func TestLocalRegionsConcurrent(t *testing.T) {
 					assert.Equal(t, want, mb)
 				}
 				if r%2 == 0 {
-					assert.NoError(t, lr.Close(waitCtx(t)))
+					assert.NoError(t, lr.Close())
 					assert.NoError(t, m.Close())
 				} else {
 					assert.NoError(t, m.Close())
-					assert.NoError(t, lr.Close(waitCtx(t)))
+					assert.NoError(t, lr.Close())
 				}
-				assert.NoError(t, sl.Close(waitCtx(t)))
+				assert.NoError(t, sl.Close())
 			}
 		}()
 	}
@@ -234,11 +234,11 @@ func TestLocalRegionWorkerClosedFirst(t *testing.T) {
 	_, err = w.LocalRegion(waitCtx(t), m1)
 	assert.ErrorIs(t, err, ucs.ErrClosed)
 
-	require.NoError(t, lr1.Close(waitCtx(t)))
+	require.NoError(t, lr1.Close())
 	require.NoError(t, m1.Close())
 	assert.NotEqual(t, line1, mappingAt(t, m1.Address()))
 	require.NoError(t, m2.Close())
-	require.NoError(t, lr2.Close(waitCtx(t)))
+	require.NoError(t, lr2.Close())
 	assert.NotEqual(t, line2, mappingAt(t, m2.Address()))
 }
 
@@ -265,7 +265,7 @@ func TestLocalRegionDroppedUnclosed(t *testing.T) {
 	runtime.GC() // and freed, which runs the region's cleanup
 	lr, err := w.LocalRegion(waitCtx(t), m)
 	require.NoError(t, err, "the worker makes regions after one was dropped")
-	require.NoError(t, lr.Close(waitCtx(t)))
+	require.NoError(t, lr.Close())
 	require.NoError(t, m.Close())
 	require.NoError(t, w.Close())
 }

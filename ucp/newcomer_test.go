@@ -687,13 +687,13 @@ func TestCloseNilHandles(t *testing.T) {
 	assert.NoError(t, m.Close())
 	assert.NoError(t, rk.Close())
 	assert.NoError(t, q.Close())
-	assert.NoError(t, lr.Close(context.Background()))
+	assert.NoError(t, lr.Close())
 	assert.NoError(t, new(ucp.Context).Close())
 	assert.NoError(t, new(ucp.Worker).Close())
 	assert.NoError(t, new(ucp.Listener).Close())
 	assert.NoError(t, new(ucp.Endpoint).Close(context.Background(), ucp.CloseFlush))
 	assert.NoError(t, new(ucp.RemoteKey).Close())
-	assert.NoError(t, new(ucp.LocalRegion).Close(context.Background()))
+	assert.NoError(t, new(ucp.LocalRegion).Close())
 }
 
 // TestOwnerClosesWhilePeerReads: the memory's owner closes its endpoint

@@ -521,20 +521,28 @@ func dropLocalHold(h *localHold) {
 	}
 }
 
+// localCloseBound bounds LocalRegion.Close's completion of what was
+// started through the loopback: nothing outside the process takes part in
+// it, so only a worker that another goroutine keeps busy delays it.
+const localCloseBound = time.Second
+
 // Close closes the region's key (from then on its operations, and those of
 // every RemoteRegion taken from it, return an error wrapping
 // ucs.ErrClosed), completes what was started through the worker's loopback
-// (bounded by ctx), and lets the mapping go: closed already, it is
-// unmapped now. An error says the completion did not finish within ctx;
-// the mapping then goes to the quarantine when closed, as one whose key
-// was handed out. A second Close does nothing.
-func (l *LocalRegion) Close(ctx context.Context) error {
+// (an endpoint to this process: it waits for no peer, and at most a
+// second), and lets the mapping go: closed already, it is unmapped now. An
+// error says the completion did not finish; the mapping then goes to the
+// quarantine when closed, as one whose key was handed out. A second Close
+// does nothing.
+func (l *LocalRegion) Close() error {
 	const op = "ucp: close local region"
 	if l == nil || l.hold == nil || !l.hold.done.CompareAndSwap(false, true) {
 		return nil // nothing to close: cleanup code may close what it never got
 	}
 	l.cleanup.Stop()
 	l.key.Close() // from here no operation starts through the region
+	ctx, cancel := context.WithTimeout(context.Background(), localCloseBound)
+	defer cancel()
 	err := l.hold.lb.ep.Flush(ctx)
 	if err != nil {
 		err = asOp(op, err)

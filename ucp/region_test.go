@@ -2,7 +2,6 @@ package ucp_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"testing"
 
@@ -144,7 +143,7 @@ func TestLocalRegion(t *testing.T) {
 
 	lr, err := w.LocalRegion(waitCtx(t), far)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, lr.Close(context.Background())) }()
+	defer func() { require.NoError(t, lr.Close()) }()
 
 	copy(near, "from local memory")
 	req, err := lr.PutMem(nearMem.Range(0, 17), 2000)

@@ -104,7 +104,7 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 		return 1, err
 	}
 	defer e.Close()
-	if err := errors.Join(e.Add("data", dataMem, share.ReadOnly), e.Add("inbox", inboxMem, share.WriteOnly)); err != nil {
+	if err := errors.Join(e.Add(ctx, "data", dataMem, share.ReadOnly), e.Add(ctx, "inbox", inboxMem, share.WriteOnly)); err != nil {
 		return 1, err
 	}
 	l, err := net.Listen("tcp", *listen)
