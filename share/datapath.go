@@ -42,6 +42,7 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 	if err != nil {
 		return nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Wrapped: err}
 	}
+	s.e.lg.dataPath(dp, s.sessionAttr(), s.remoteAttr())
 	return dp, nil
 }
 

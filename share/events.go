@@ -2,6 +2,7 @@ package share
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -77,6 +78,7 @@ func WithEvents(ch chan<- Event) ExporterOption {
 
 // emit sends ev if the exporter has an events channel.
 func (e *Exporter) emit(ev Event) {
+	e.logEvent(ev)
 	if e.o.events == nil {
 		return
 	}
@@ -90,7 +92,7 @@ func (e *Exporter) emit(ev Event) {
 
 // event is an event of session s.
 func (s *Session) event(k EventKind, region string, err error) {
-	if s.e.o.events == nil {
+	if s.e.o.events == nil && !s.e.lg.on() {
 		return
 	}
 	s.e.emit(Event{Kind: k, Session: s.ID(), Remote: s.conn.RemoteAddr().String(), Region: region, Err: err})
@@ -102,3 +104,32 @@ func (e *Exporter) isClosed() bool {
 	defer e.mu.Unlock()
 	return e.closed
 }
+
+// logEvent is ev's line (WithLogger).
+func (e *Exporter) logEvent(ev Event) {
+	if !e.lg.on() {
+		return
+	}
+	remote := slog.String("remote", ev.Remote)
+	switch ev.Kind {
+	case EventRefused:
+		e.lg.refusal("share: connection refused", append([]slog.Attr{remote}, errAttr(ev.Err)...)...)
+		return
+	case EventOpened:
+		e.lg.log(slog.LevelInfo, "share: session opened", slog.String("session", ev.Session.String()), remote)
+	case EventAcknowledged:
+		e.lg.log(slog.LevelInfo, "share: acknowledged", slog.String("session", ev.Session.String()), remote, slog.String("region", ev.Region))
+	case EventExpired:
+		e.lg.log(slog.LevelInfo, "share: lease expired", slog.String("session", ev.Session.String()), remote, slog.String("region", ev.Region))
+	case EventEnded:
+		level := slog.LevelInfo
+		if ev.Err != nil {
+			level = slog.LevelWarn
+		}
+		e.lg.log(level, "share: session ended", append([]slog.Attr{slog.String("session", ev.Session.String()), remote}, errAttr(ev.Err)...)...)
+	}
+}
+
+// sessionAttr and remoteAttr are the attributes of s's lines.
+func (s *Session) sessionAttr() slog.Attr { return slog.String("session", s.ID().String()) }
+func (s *Session) remoteAttr() slog.Attr  { return slog.String("remote", s.conn.RemoteAddr().String()) }

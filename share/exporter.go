@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ucxgo/ucx/internal/datapath"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -45,6 +46,7 @@ type exporterOptions struct {
 	config    [][2]string
 	name      string
 	events    chan<- Event
+	log       *slog.Logger
 }
 
 // WithMode chooses how memory is shared (default ModeAuto: ModeExport
@@ -148,6 +150,7 @@ var ExporterConfig = [][2]string{{"RCACHE_ENABLE", "n"}}
 // regions granted to that importer, read-only where the grant is, and
 // unmaps a region when its grant is revoked; it ends with its session.
 type Exporter struct {
+	lg     *logger
 	ctx    *ucp.Context // export mode only
 	sealer Sealer
 	o      exporterOptions
@@ -214,7 +217,7 @@ func NewExporter(sealer Sealer, opts ...ExporterOption) (*Exporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Exporter{sealer: sealer, o: o, mode: mode, why: why,
+	e := &Exporter{lg: newLogger(o.log), sealer: sealer, o: o, mode: mode, why: why,
 		regions: map[string]*region{}, sessions: map[*Session]struct{}{}, shakingBy: map[netip.Addr]int{},
 		listeners: map[net.Listener]struct{}{}}
 	rand.Read(e.id[:])
@@ -481,6 +484,7 @@ func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (
 		old[s] = held[s]
 	}
 	e.st.rotations.Add(1)
+	e.lg.log(slog.LevelInfo, "share: rotation", slog.String("region", id), slog.Int("sessions", len(old)), slog.Duration("grace", grace))
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	for _, gens := range old {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sort"
@@ -37,6 +38,7 @@ type importerOptions struct {
 	config    [][2]string
 	name      string
 	skew      time.Duration
+	log       *slog.Logger
 }
 
 // WithRequireMode makes the session fail unless the exporter runs in mode
@@ -78,6 +80,7 @@ func WithClockSkew(d time.Duration) ImporterOption {
 // acknowledges; an importer that dies or loses its connection is cut off
 // by the exporter.
 type Importer struct {
+	lg     *logger
 	conn   net.Conn
 	sealer Sealer
 	o      importerOptions
@@ -179,7 +182,7 @@ func NewImporter(ctx context.Context, conn net.Conn, sealer Sealer, opts ...Impo
 	if o.depth < 1 || o.chunk < 1 || o.staging < 1 || o.handshake <= 0 || o.skew < 0 {
 		return nil, errs.New(op, ucs.ErrInvalidParam, "depth, chunk, staging and timeouts must be positive")
 	}
-	imp := &Importer{conn: conn, sealer: sealer, o: o, regions: map[string]*Region{},
+	imp := &Importer{lg: newLogger(o.log), conn: conn, sealer: sealer, o: o, regions: map[string]*Region{},
 		revoked: make(chan struct{}), readDone: make(chan struct{})}
 	hctx, cancel := context.WithTimeout(ctx, o.handshake)
 	defer cancel()
@@ -203,6 +206,11 @@ func NewImporter(ctx context.Context, conn net.Conn, sealer Sealer, opts ...Impo
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
+	imp.lg.log(slog.LevelInfo, "share: session opened", imp.sessionAttr(), slog.String("exporter", addrString(conn.RemoteAddr())),
+		slog.String("mode", imp.acc.Mode.String()), slog.String("exporter_ucx", imp.acc.UCX.String()))
+	if imp.dp != nil { // started during the handshake, before the session had its id
+		imp.lg.dataPath(imp.dp, imp.sessionAttr())
+	}
 	imp.loopStarted = true
 	go imp.readLoop()
 	if imp.dp != nil {
@@ -491,6 +499,8 @@ func (imp *Importer) openGrant(sealed []byte) (*grant, error) {
 		return nil, bad("generation %d after generation %d: replayed or out of order", g.Gen, imp.lastGen)
 	}
 	imp.lastGen = g.Gen
+	imp.lg.log(slog.LevelInfo, "share: grant", imp.sessionAttr(), slog.String("region", g.Region), slog.Uint64("gen", g.Gen),
+		slog.String("access", accessOf(ucp.Prot(g.Prot)).String()), slog.Time("expires", g.Expires))
 	return g, nil
 }
 
@@ -584,6 +594,8 @@ func (imp *Importer) onRevoke(p []byte) error {
 	imp.mu.Lock()
 	r := imp.regions[m.Region]
 	imp.mu.Unlock()
+	imp.lg.log(slog.LevelInfo, "share: revoke", imp.sessionAttr(), slog.String("region", m.Region), slog.Uint64("gen", m.Gen),
+		slog.String("reason", reasonText(m.Reason)))
 	if r != nil {
 		imp.st.revocations.Add(1)
 		r.events <- regionEvent{revoke: m}
@@ -608,6 +620,9 @@ func (imp *Importer) endAll(reason string) {
 		close(imp.revoked)
 	}
 	imp.mu.Unlock()
+	if first && imp.acc != nil {
+		imp.lg.log(slog.LevelInfo, "share: session ended", imp.sessionAttr(), slog.String("reason", reason))
+	}
 	for _, r := range rs {
 		r.events <- regionEvent{end: reason}
 	}
@@ -857,11 +872,15 @@ func (imp *Importer) shutdown(reason string, bye bool) {
 		<-retired
 	}
 	imp.mu.Lock()
-	if imp.endErr == nil { // every region was retired above
+	ending := imp.endErr == nil
+	if ending { // every region was retired above
 		imp.endErr = &ucs.Error{Op: "share: session", Err: ucs.ErrClosed, Reason: reason}
 		close(imp.revoked)
 	}
 	imp.mu.Unlock()
+	if ending && imp.acc != nil {
+		imp.lg.log(slog.LevelInfo, "share: session ended", imp.sessionAttr(), slog.String("reason", reason))
+	}
 	if bye {
 		imp.send(frameBye, nil)
 	}
@@ -930,3 +949,6 @@ func (imp *Importer) Stats() ImporterStats {
 	}
 	return st
 }
+
+// sessionAttr is the "session" attribute of the importer's lines.
+func (imp *Importer) sessionAttr() slog.Attr { return slog.String("session", imp.SessionID().String()) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -292,6 +293,7 @@ func (r *Region) retire(ctx context.Context, old *igen) {
 		return
 	}
 	imp.send(frameAck, (&ackMsg{Gen: old.g.Gen, Region: old.g.Region}).encode())
+	imp.lg.log(slog.LevelInfo, "share: acknowledged", imp.sessionAttr(), slog.String("region", old.g.Region), slog.Uint64("gen", old.g.Gen))
 }
 
 // acquire is the generation a call uses, held until release.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/ucxgo/ucx/internal/datapath"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -114,6 +115,8 @@ func (s *Session) forceUnmap(gens []*generation) {
 		s.mu.Unlock()
 		if mine { // not claimed by an acknowledgement or the session's end
 			s.e.st.forcedUnmaps.Add(1)
+			s.e.lg.log(slog.LevelWarn, "share: unmapped without acknowledgement", s.sessionAttr(), s.remoteAttr(),
+				slog.String("region", g.region), slog.Uint64("gen", g.gen))
 			g.unmap()
 		}
 	}
@@ -521,6 +524,8 @@ func (s *Session) grantNew(r *region) error {
 	}
 	s.st.grants.Add(1)
 	e.st.grants.Add(1)
+	e.lg.log(slog.LevelInfo, "share: grant", s.sessionAttr(), s.remoteAttr(), slog.String("region", r.id), slog.Uint64("gen", g.gen),
+		slog.String("access", accessOf(r.prot).String()), slog.Time("expires", g.expires))
 	return nil
 }
 
@@ -542,6 +547,8 @@ func (s *Session) revokeGen(g *generation, reason uint8) bool {
 		if reason == reasonExpired { // before the revoke: its acknowledgement comes after
 			s.event(EventExpired, g.region, nil)
 		}
+		s.e.lg.log(slog.LevelInfo, "share: revoke", s.sessionAttr(), s.remoteAttr(), slog.String("region", g.region), slog.Uint64("gen", g.gen),
+			slog.String("reason", reasonText(reason)))
 		if err := s.send(frameRevoke, (&revokeMsg{Gen: g.gen, Reason: reason, Region: g.region}).encode()); err != nil {
 			go s.end(err, false)
 		}
