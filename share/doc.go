@@ -135,6 +135,10 @@
 // values as package ucs's).
 //
 // Exporter.Stats, Session.Stats and Importer.Stats return counters as
-// structs; WithExpvarName and WithExpvarName publish them through
-// package expvar in the map "ucxshare".
+// structs (int64 each, documented field by field); WithExpvarName
+// publishes them through package expvar in the map "ucx", beside the
+// workers a program names (ucp.WithExpvarName) and "handles", the UCX
+// objects the process holds. WithLogger logs each session's story (see
+// there); the events of WithEvents are the same happenings for a program
+// to select on.
 package share

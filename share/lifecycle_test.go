@@ -193,14 +193,14 @@ func TestStatsPublishedThroughExpvar(t *testing.T) {
 	imp := dial(t, addr, share.WithExpvarName("t1"))
 	_, err := imp.Regions()[0].ReadAt(make([]byte, 100), 0)
 	require.NoError(t, err)
-	m, ok := expvar.Get("ucxshare").(*expvar.Map)
+	m, ok := expvar.Get("ucx").(*expvar.Map)
 	require.True(t, ok)
 	var st share.ImporterStats
 	require.NoError(t, json.Unmarshal([]byte(m.Get("importer.t1").String()), &st))
 	assert.Equal(t, int64(100), st.BytesRead)
 	var es share.ExporterStats
 	require.NoError(t, json.Unmarshal([]byte(m.Get("exporter.t1").String()), &es))
-	assert.Equal(t, 1, es.Importers)
+	assert.Equal(t, int64(1), es.Importers)
 	require.NoError(t, imp.Close())
 	assert.Nil(t, m.Get("importer.t1"), "unpublished at Close")
 }

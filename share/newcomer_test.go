@@ -760,8 +760,8 @@ func TestNewcomerExpvarNameReused(t *testing.T) {
 	if e2 != nil {
 		defer e2.Close()
 	}
-	m, ok := expvar.Get("ucxshare").(*expvar.Map)
-	require.True(t, ok, "map ucxshare not published")
+	m, ok := expvar.Get("ucx").(*expvar.Map)
+	require.True(t, ok, "map ucx not published")
 	v := m.Get("exporter." + name)
 	require.NotNil(t, v)
 	// Which exporter does the entry show? e1 shares one region, e2 none.
@@ -792,7 +792,7 @@ func TestNewcomerImporterExpvarNameReused(t *testing.T) {
 		i2, err = share.Dial(newcomerCtx(t), "tcp", addr, sealer(t), share.WithExpvarName(name))
 	})
 	t.Logf("second importer with the same expvar name: %v", err)
-	m := expvar.Get("ucxshare").(*expvar.Map)
+	m := expvar.Get("ucx").(*expvar.Map)
 	require.NotNil(t, m.Get("importer."+name))
 	require.NoError(t, i1.Close())
 	if err == nil {

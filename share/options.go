@@ -60,7 +60,7 @@ func WithUCXConfig(name, value string) Option {
 }
 
 // WithExpvarName publishes the side's Stats through package expvar, as
-// the key "exporter.<name>" or "importer.<name>" of the map "ucxshare",
+// the key "exporter.<name>" or "importer.<name>" of the map "ucx",
 // until Close. A name another exporter (importer) of this process holds
 // makes NewExporter (Dial, NewImporter) fail with an error wrapping
 // ucs.ErrAlreadyExists.

@@ -248,7 +248,7 @@ func runExporter() int {
 			ss := e.Sessions()
 			var live []string
 			for _, s := range ss {
-				live = append(live, strconv.Itoa(s.Stats().Live))
+				live = append(live, strconv.FormatInt(s.Stats().Live, 10))
 			}
 			out("WATCHING n=%d live=%s", len(ss), strings.Join(live, ","))
 			for _, s := range ss {

@@ -1,11 +1,10 @@
 package share
 
 import (
-	"expvar"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ucxgo/ucx/internal/counters"
 	"github.com/ucxgo/ucx/ucs"
 )
 
@@ -13,9 +12,9 @@ import (
 // exporter cannot count the bytes importers move: RMA is one-sided, so
 // the importer's ImporterStats count them.
 type ExporterStats struct {
-	Mode          string         `json:"mode"`
+	Mode          string         `json:"mode"`           // the mode it runs in (Exporter.Mode)
 	Regions       int64          `json:"regions"`        // shared now
-	Importers     int            `json:"importers"`      // sessions open now
+	Importers     int64          `json:"importers"`      // sessions open now
 	Served        int64          `json:"served"`         // sessions accepted in all
 	Ended         int64          `json:"ended"`          // sessions ended in all (refused ones among them)
 	Refused       int64          `json:"refused"`        // sessions refused at the handshake
@@ -29,31 +28,31 @@ type ExporterStats struct {
 	ForcedUnmaps  int64          `json:"forced_unmaps"`  // registrations unmapped without an acknowledgement (Remove, Rotate at ctx's end)
 	Errors        int64          `json:"errors"`         // sessions that ended with an error
 	EventsDropped int64          `json:"events_dropped"` // events that found the WithEvents channel full
-	Sessions      []SessionStats `json:"sessions"`
+	Sessions      []SessionStats `json:"sessions"`       // one per session open now
 }
 
 // SessionStats are one importer's session at the exporter.
 type SessionStats struct {
-	ID          string        `json:"id"` // Session.ID, the importer's Importer.SessionID`
-	Remote      string        `json:"remote"`
-	UCX         string        `json:"ucx"` // the importer's UCX release
-	Grants      int64         `json:"grants"`
-	Revocations int64         `json:"revocations"`
-	Acks        int64         `json:"acks"`
-	Live        int           `json:"live_registrations"`
-	LeaseAge    time.Duration `json:"lease_age_ns"` // age of its oldest live grant
-	Errors      int64         `json:"errors"`
+	ID          string        `json:"id"`                 // Session.ID, the importer's Importer.SessionID`
+	Remote      string        `json:"remote"`             // the importer's address, as the control connection says
+	UCX         string        `json:"ucx"`                // the importer's UCX release
+	Grants      int64         `json:"grants"`             // grants sent to it
+	Revocations int64         `json:"revocations"`        // revocations sent to it
+	Acks        int64         `json:"acks"`               // its acknowledgements
+	Live        int64         `json:"live_registrations"` // registrations it can reach now
+	LeaseAge    time.Duration `json:"lease_age_ns"`       // age of its oldest live grant
+	Errors      int64         `json:"errors"`             // 1 if it ended with an error
 }
 
 // ImporterStats are an importer's counters since Dial.
 type ImporterStats struct {
-	Session      string        `json:"session"` // Importer.SessionID, the exporter's Session.ID
-	Mode         string        `json:"mode"`
-	Regions      int           `json:"regions"`
-	BytesRead    int64         `json:"bytes_read"`
-	BytesWritten int64         `json:"bytes_written"`
-	Reads        int64         `json:"reads"`  // ReadAt, CopyTo and SendAM calls
-	Writes       int64         `json:"writes"` // WriteAt, CopyFrom and ReceiveAM calls
+	Session      string        `json:"session"`       // Importer.SessionID, the exporter's Session.ID
+	Mode         string        `json:"mode"`          // the exporter's mode for this session
+	Regions      int64         `json:"regions"`       // regions granted and not revoked
+	BytesRead    int64         `json:"bytes_read"`    // bytes moved from the exporter's memory
+	BytesWritten int64         `json:"bytes_written"` // bytes moved into the exporter's memory
+	Reads        int64         `json:"reads"`         // ReadAt, CopyTo and SendAM calls
+	Writes       int64         `json:"writes"`        // WriteAt, CopyFrom and ReceiveAM calls
 	Revocations  int64         `json:"revocations"`
 	Rotations    int64         `json:"rotations"`
 	LeaseAge     time.Duration `json:"lease_age_ns"` // age of the oldest grant in use
@@ -82,7 +81,7 @@ func (e *Exporter) Stats() ExporterStats {
 	for _, s := range e.Sessions() {
 		st.Sessions = append(st.Sessions, s.Stats())
 	}
-	st.Importers = len(st.Sessions)
+	st.Importers = int64(len(st.Sessions))
 	return st
 }
 
@@ -108,35 +107,14 @@ func (s *Session) Stats() SessionStats {
 	return st
 }
 
-// The expvar names: "ucxshare" is one expvar.Map; each exporter or
-// importer given a name is a key in it, held by that one until its Close.
-var (
-	expvarOnce  sync.Once
-	expvarMap   *expvar.Map
-	expvarMu    sync.Mutex
-	expvarOwner = map[string]any{}
-)
-
-// publish makes f the key name of the map, owned by owner; a name held by
-// another is refused.
+// publish makes f the key name of the map counters.MapName, owned by
+// owner; a name held by another is refused.
 func publish(name string, owner any, f func() any) error {
-	expvarOnce.Do(func() { expvarMap = expvar.NewMap("ucxshare") })
-	expvarMu.Lock()
-	defer expvarMu.Unlock()
-	if _, taken := expvarOwner[name]; taken {
-		return &ucs.Error{Op: "share: publish counters", Err: ucs.ErrAlreadyExists, Reason: "the expvar key " + name + " of the map ucxshare is another's until its Close"}
+	if err := counters.Publish(name, owner, f); err != nil {
+		return &ucs.Error{Op: "share: publish counters", Err: ucs.ErrAlreadyExists, Reason: err.Error()}
 	}
-	expvarOwner[name] = owner
-	expvarMap.Set(name, expvar.Func(f))
 	return nil
 }
 
 // unpublish removes the key name if owner holds it.
-func unpublish(name string, owner any) {
-	expvarMu.Lock()
-	defer expvarMu.Unlock()
-	if expvarOwner[name] == owner {
-		delete(expvarOwner, name)
-		expvarMap.Delete(name)
-	}
-}
+func unpublish(name string, owner any) { counters.Unpublish(name, owner) }

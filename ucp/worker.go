@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/counters"
 	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
@@ -46,6 +47,16 @@ type WorkerOption func(*workerOptions)
 type workerOptions struct {
 	mode ThreadMode
 	spin time.Duration
+	name string
+}
+
+// WithExpvarName publishes the worker's Stats through package expvar, as
+// the key "worker.<name>" of the map "ucx" (beside share's exporters and
+// importers, and "handles", ucs.LiveHandles), until Close. A name another
+// worker of the process holds makes NewWorker fail with an error wrapping
+// ucs.ErrAlreadyExists. A published worker stays reachable until Close.
+func WithExpvarName(name string) WorkerOption {
+	return func(o *workerOptions) { o.name = name }
 }
 
 // WithThreadMode sets the worker's UCS thread mode (default Serialized).
@@ -81,6 +92,7 @@ type Worker struct {
 	seenErrors uint64                                    // shim endpoint failures handled so far
 	completed  uint64                                    // request completions seen so far
 	eps        map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
+	published  string                                    // its expvar key (WithExpvarName), or ""
 	handlers   map[AMID]*amHandler
 	taken      []cgo.AMMessage // reused by progressLocked
 	amHeader   []byte          // a sent header's copy, reused under mu (UCX copies it on send)
@@ -157,6 +169,13 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 		w.maxAMHeader = n
 	}
 	runtime.AddCleanup(w, collectWorker, w.res)
+	if o.name != "" {
+		if err := counters.Publish("worker."+o.name, w, func() any { return w.Stats() }); err != nil {
+			w.Close()
+			return nil, errs.New(op, ucs.ErrAlreadyExists, "%v", err)
+		}
+		w.published = "worker." + o.name
+	}
 	return w, nil
 }
 
@@ -164,9 +183,14 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 type Stats struct {
 	// TickWakeups counts sleeps on the event fd that ended by the 50 ms
 	// guard tick rather than an event: each is a wake-up UCX did not signal.
-	TickWakeups uint64
+	TickWakeups int64 `json:"tick_wakeups"`
 	// AMDropped counts active messages the shim could not queue (out of memory).
-	AMDropped uint64
+	AMDropped int64 `json:"am_dropped"`
+	// Abandoned is the number of requests handed to the worker now: their
+	// waiters gave up (a ctx ended, Detach, a dropped Request), and the
+	// worker releases each once UCX completes it. One that stays names a
+	// peer that neither answers nor fails.
+	Abandoned int64 `json:"abandoned"`
 }
 
 // Stats returns the worker's counters.
@@ -174,10 +198,11 @@ func (w *Worker) Stats() Stats {
 	if w == nil || w.engine == nil {
 		return Stats{} // a nil or zero Worker
 	}
-	st := Stats{TickWakeups: w.tickWakeups.Load()}
+	st := Stats{TickWakeups: int64(w.tickWakeups.Load())}
 	if w.enter() { // the shim's counter lives with the UCX worker
 		w.mu.Lock()
-		st.AMDropped = w.c.AMDropped()
+		st.AMDropped = int64(w.c.AMDropped())
+		st.Abandoned = int64(len(w.abandoned))
 		w.mu.Unlock()
 		w.res.Exit()
 	}
@@ -405,6 +430,9 @@ func (w *Worker) Close() error {
 	}
 	w.res.Ref()
 	w.res.Exit()
+	if w.published != "" {
+		counters.Unpublish(w.published, w)
+	}
 	w.closeLoopback()
 	w.mu.Lock()
 	inHandler := w.dispatching

@@ -1,15 +1,24 @@
 // Command doctor reports the UCX release ucx-go was built against, the one
 // it loaded and the ABI layout it uses for it, every UCT component and
-// memory domain, and whether each memory domain can export memory keys (and
-// why not).
+// memory domain, whether each memory domain can export memory keys (and
+// why not), and what package share would do here: the mode an exporter
+// runs in and why, the address and network devices its data paths bind
+// for a peer, and what a peer reaching them can reach.
 //
-//	doctor [-json]
+//	doctor [-json] [-peer ADDR] [-mode auto|rkey|export]
+//
+// -peer is the other side's IP address (the importer's host on an
+// exporter, the exporter's on an importer), or this host's address that
+// the other side dials; without it, the address of the default route's
+// interface (loopback without one). -mode is what the program passes to
+// share.WithMode (auto, the default, as without it).
 package main
 
 import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +33,7 @@ type report struct {
 	Layout  string   `json:"ucx_abi_layout"` // uct_md_attr_v2_t layout: "1.16", "1.18" or "1.22"
 	MDs     []mdLine `json:"memory_domains"`
 	Exports int      `json:"export_capable"`
+	shareReport
 }
 
 // mdLine is one memory domain of the report (uct.MDReport's verdict as a
@@ -38,11 +48,26 @@ type mdLine struct {
 
 func main() {
 	asJSON := flag.Bool("json", false, "print the report as JSON")
+	peerFlag := flag.String("peer", "", "the other side's IP address, or this host's address it dials (default: the address of the default route's interface, else loopback)")
+	modeFlag := flag.String("mode", "auto", "the mode the program asks share for (share.WithMode): auto, rkey or export")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-json]\n\nReports UCX versions and which memory domains can export memory keys.\n\n", os.Args[0])
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-json] [-peer ADDR] [-mode auto|rkey|export]\n\nReports UCX versions, which memory domains can export memory keys, and what package share\nwould do here: its mode and why, the devices it binds for a peer, what that peer can reach.\n\n", os.Args[0])
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	want, err := parseMode(*modeFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doctor:", err)
+		os.Exit(2)
+	}
+	var peer netip.Addr
+	if *peerFlag != "" {
+		if peer, err = netip.ParseAddr(*peerFlag); err != nil {
+			fmt.Fprintf(os.Stderr, "doctor: -peer %q: an IP address\n", *peerFlag)
+			os.Exit(2)
+		}
+		peer = peer.Unmap()
+	}
 
 	r := report{Built: ucs.BuiltVersion().String(), Loaded: ucs.LoadedVersion().String()}
 	if err := ucs.CheckVersion(); err != nil {
@@ -62,6 +87,7 @@ func main() {
 			r.Exports++
 		}
 	}
+	shareLines(&r.shareReport, want, peer)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -102,6 +128,76 @@ func printText(r report) {
 	} else {
 		fmt.Printf("%d memory domain(s) can export memory keys.\n", r.Exports)
 	}
+	fmt.Println()
+	printShare(r.shareReport)
+}
+
+// printShare prints what share would do here (shareReport), wrapped for a
+// terminal.
+func printShare(r shareReport) {
+	const indent = "           "
+	asked := ""
+	if r.Requested != "auto" {
+		asked = " (-mode " + r.Requested + ")"
+	}
+	if r.Err != "" {
+		fmt.Println(wrap(fmt.Sprintf("share%s cannot run here: %s", asked, r.errShort), indent))
+	} else {
+		fmt.Println(wrap(fmt.Sprintf("share%s would run in %s mode: %s", asked, r.Mode, r.Reason), indent))
+	}
+	if r.Addr == "" {
+		fmt.Println(wrap("  address  none: "+r.AddrWhy, indent))
+	} else {
+		fmt.Println(wrap(fmt.Sprintf("  address  %s: %s", r.Addr, r.AddrWhy), indent))
+	}
+	facing := fmt.Sprintf("share.DevicesFacing(%s)", r.Addr)
+	var dev string
+	switch {
+	case r.DevicesEnv != "":
+		dev = fmt.Sprintf("%s: UCX_NET_DEVICES from the environment, which share leaves as it is (%s is %q)", r.DevicesEnv, facing, r.Devices)
+	case r.Addr == "":
+		dev = "none bound: no address"
+	case r.Devices == "":
+		dev = fmt.Sprintf("none bound: %s is \"\"", facing)
+	case r.Mode == "export":
+		dev = fmt.Sprintf("%s (%s): what rkey mode's data paths would bind; export mode listens on none", r.Devices, facing)
+	default:
+		dev = fmt.Sprintf("%s (%s): the UCX_NET_DEVICES of each session's data path, listening on %s", r.Devices, facing, r.Addr)
+	}
+	fmt.Println(wrap("  devices  "+dev, indent))
+	for _, w := range r.Warnings {
+		fmt.Println(wrap("  WARNING  "+w, indent))
+	}
+	if r.Mode != "" {
+		fmt.Printf("containment (%s mode, docs/security.md):\n", r.Mode)
+	} else {
+		fmt.Println("containment:")
+	}
+	for _, c := range r.Containment {
+		fmt.Println(wrap("  - "+c, "    "))
+	}
+}
+
+// wrap breaks s at spaces into lines of at most 100 columns, the later
+// ones starting with indent.
+func wrap(s, indent string) string {
+	const width = 100
+	var b strings.Builder
+	line := 0
+	for i, w := range strings.Split(s, " ") {
+		switch {
+		case i == 0:
+		case line+1+len(w) > width && line > len(indent):
+			b.WriteString("\n" + indent)
+			line = len(indent)
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(w)
+		line += len(w)
+	}
+	return b.String()
 }
 
 func orDash(s string) string {

@@ -56,7 +56,7 @@ type summary struct {
 	InboxFailed   int    `json:"inbox_failed"`
 	Untouched     int    `json:"inbox_untouched"`
 	Rotations     int64  `json:"rotations"`
-	Revoked       int    `json:"revoked_at_exit"`
+	Revoked       int64  `json:"revoked_at_exit"`
 	Acks          int64  `json:"revoke_acks"`
 	Forced        int64  `json:"revoke_forced"`
 	Acked         bool   `json:"every_importer_acknowledged"`
@@ -177,7 +177,7 @@ func run(ctx context.Context, sealer share.Sealer, m share.Mode) (int, error) {
 	rev, rerr := e.Revoke(rctx)
 	cancel()
 	after := e.Stats()
-	held := 0
+	held := int64(0)
 	for _, s := range before.Sessions {
 		held += s.Live
 	}
