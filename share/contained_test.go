@@ -1115,8 +1115,13 @@ func TestAddDoesNotWaitForAStalledImporter(t *testing.T) {
 	ss := e.Sessions()
 	require.Len(t, ss, 1)
 	assert.Equal(t, good.SessionID(), ss[0].ID(), "the well-behaved session goes on")
-	r, err := good.Region(fmt.Sprintf("%s%04d", long, stalled))
-	require.NoError(t, err, "the well-behaved importer holds the region whose Add ended the other session")
+	var r *share.Region
+	require.Eventually(t, func() bool { // Add returned once the grant was sent; the importer takes it in a moment
+		var err error
+		r, err = good.Region(fmt.Sprintf("%s%04d", long, stalled))
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "the well-behaved importer holds the region whose Add ended the other session")
+	var err error
 	p := make([]byte, 1)
 	_, err = r.ReadAt(p, 0)
 	require.NoError(t, err)
@@ -1155,4 +1160,22 @@ func shrinkSendBuffer(t *testing.T, peer *net.TCPAddr) {
 		}
 	}
 	t.Fatalf("no socket of this process is connected to %v", peer)
+}
+
+// A write-only grant in rkey mode is enforced by the importer's library,
+// not by the exporter: the page it maps cannot be writable and not
+// readable, and UCX's RMA over tcp checks no key's protection. A hostile
+// importer holding one reads the region (docs/security.md says so); its
+// grant's protection says write-only all the same.
+func TestContainedWriteOnlyGrantIsReadable(t *testing.T) {
+	want := bytes.Repeat([]byte("write-only "), 100)
+	mem := newMemory(t, want)
+	e, addr := serve(t, share.WithMode(share.ModeRkey))
+	require.NoError(t, e.Add(context.Background(), "wo", mem, share.WriteOnly))
+	h := dialHostile(t, addr)
+	g := h.grants["wo"]
+	require.Equal(t, uint32(ucp.ProtRemoteWrite), g.prot&uint32(ucp.ProtRemoteRead|ucp.ProtRemoteWrite), "the grant says write-only")
+	got, err := h.get(g.addr, 32, g.rr.Key())
+	require.NoError(t, err, "the get through a write-only grant")
+	assert.Equal(t, want[:32], got, "a hostile importer reads a write-only region in rkey mode (documented)")
 }

@@ -25,7 +25,7 @@ func (s *Session) startDataPath(ctx context.Context) (*datapath.Proc, error) {
 		return nil, err
 	}
 	cfg := datapath.Config{Name: "ucxshare-exporter-" + strconv.FormatUint(s.id, 10), Listen: local,
-		Peer: peer, AMBind: uint16(amBind), UCX: s.e.ucxConfig()}
+		Peer: peer, AMBind: uint16(amBind), AMAtomic: uint16(amAtomic), UCX: s.e.ucxConfig()}
 	if !configures(cfg.UCX, "NET_DEVICES") {
 		if err := loopbackUsable(local, ucs.LoadedVersion()); err != nil {
 			return nil, err
@@ -94,7 +94,7 @@ func (s *Session) mapInDataPath(g *generation) (uint64, []byte, error) {
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), s.e.o.ack)
 	defer cancel()
-	addr, key, err := s.dp.Map(ctx, g.gen, f, g.r.f.Size(), len(g.r.f.Bytes()), writable)
+	addr, key, err := s.dp.Map(ctx, g.gen, f, g.r.f.Size(), len(g.r.f.Bytes()), writable, g.r.prot&ucp.ProtRemoteRead != 0)
 	if err != nil {
 		return 0, nil, &ucs.Error{Op: op, Err: ucs.ErrIOError, Reason: "the session's data path did not map region " + g.r.id, Wrapped: err}
 	}

@@ -28,6 +28,10 @@ import (
 // process knows the endpoint is the importer's.
 const amBind ucp.AMID = 0x5e01
 
+// amAtomic is the active message of an atomic's request between the data
+// paths, and amAtomic+1 its answer's (docs/share-protocol.md).
+const amAtomic ucp.AMID = 0x5e02
+
 // Defaults of the exporter's options.
 const (
 	DefaultLease            = 10 * time.Minute
@@ -276,7 +280,12 @@ func chooseMode(want Mode) (Mode, string, error) {
 func (e *Exporter) Mode() (Mode, string) { return e.mode, e.why }
 
 // Access is what importers may do with a region: ReadOnly, WriteOnly or
-// ReadWrite.
+// ReadWrite. ReadOnly holds against a hostile importer in every mode (the
+// memory it reaches is mapped read-only, or its key refuses writes in
+// hardware). WriteOnly holds against the importer's library only: a
+// memory page cannot be writable and unreadable, and UCX's RMA over tcp
+// and shared memory checks no key, so in rkey mode a hostile importer
+// holding a write-only grant can read the region (docs/security.md).
 type Access uint8
 
 const (

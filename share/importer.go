@@ -754,7 +754,7 @@ func (imp *Importer) startDataPath(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := datapath.Config{Name: "ucxshare-importer", Peer: remote, Bind: bind, AMBind: uint16(amBind),
+	cfg := datapath.Config{Name: "ucxshare-importer", Peer: remote, Bind: bind, AMBind: uint16(amBind), AMAtomic: uint16(amAtomic),
 		UCX: imp.o.config, Chunk: imp.o.chunk, Depth: depth, Staging: stage.Size(),
 		OffBase: imp.offBase, OffSize: imp.o.staging}
 	if !configures(cfg.UCX, "NET_DEVICES") {
@@ -933,7 +933,7 @@ func (imp *Importer) teardown() {
 func (imp *Importer) Stats() ImporterStats {
 	c := &imp.st
 	st := ImporterStats{Session: imp.SessionID().String(), Mode: imp.acc.Mode.String(), BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
-		Reads: c.reads.Load(), Writes: c.writes.Load(), Revocations: c.revocations.Load(),
+		Reads: c.reads.Load(), Writes: c.writes.Load(), Atomics: c.atomics.Load(), Revocations: c.revocations.Load(),
 		Rotations: c.rotations.Load(), Errors: c.errors.Load()}
 	var oldest time.Time
 	for _, r := range imp.Regions() {

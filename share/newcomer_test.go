@@ -228,12 +228,12 @@ func TestNewcomerServiceRoundTrip(t *testing.T) {
 	assert.ErrorIs(t, err, ucs.ErrNoElem)
 
 	st := c.imp.Stats()
-	assert.Equal(t, 2, st.Regions)
+	assert.Equal(t, int64(2), st.Regions)
 	assert.Greater(t, st.BytesRead, int64(0))
 	assert.Greater(t, st.BytesWritten, int64(0))
 	es := svc.exp.Stats()
 	assert.Equal(t, int64(2), es.Regions)
-	assert.Equal(t, 1, es.Importers)
+	assert.Equal(t, int64(1), es.Importers)
 	assert.Len(t, es.Sessions, 1)
 	assert.Len(t, svc.exp.Sessions(), 1)
 }

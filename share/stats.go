@@ -53,6 +53,7 @@ type ImporterStats struct {
 	BytesWritten int64         `json:"bytes_written"` // bytes moved into the exporter's memory
 	Reads        int64         `json:"reads"`         // ReadAt, CopyTo and SendAM calls
 	Writes       int64         `json:"writes"`        // WriteAt, CopyFrom and ReceiveAM calls
+	Atomics      int64         `json:"atomics"`       // atomic operations performed (Add32, FetchAdd64, ...)
 	Revocations  int64         `json:"revocations"`
 	Rotations    int64         `json:"rotations"`
 	LeaseAge     time.Duration `json:"lease_age_ns"` // age of the oldest grant in use
@@ -68,7 +69,7 @@ type sessionCounters struct {
 }
 
 type importerCounters struct {
-	bytesRead, bytesWritten, reads, writes, revocations, rotations, errors atomic.Int64
+	bytesRead, bytesWritten, reads, writes, atomics, revocations, rotations, errors atomic.Int64
 }
 
 // Stats returns the exporter's counters and one entry per open session.

@@ -50,8 +50,10 @@ type child struct {
 }
 
 type mapping struct {
-	b   []byte
-	mem *ucp.Mem
+	b     []byte
+	mem   *ucp.Mem
+	n     uint64 // bytes granted (registered) from b's start
+	write bool   // granted writable (b is mapped writable)
 }
 
 func serve() int {
@@ -113,6 +115,8 @@ func serve() int {
 		case c.cfg.Import && len(fds) == 0 && (m.Op == "unpack" || m.Op == "drop" || m.Op == "get" || m.Op == "put" ||
 			m.Op == "flush" || m.Op == "unbuffer" || m.Op == "cancel"):
 			c.imp.do(m)
+		case c.cfg.Import && len(fds) == 0 && m.Op == "atomic":
+			go c.imp.atomic(m)
 		case c.cfg.Import && len(fds) == 0 && offloadOps[m.Op]:
 			c.imp.doOffload(m)
 		case !c.cfg.Import && len(fds) == 0 && m.Op == "keep":
@@ -147,6 +151,11 @@ func (c *child) start() error {
 	go c.w.Run(context.Background())
 	if err := c.w.SetAMHandler(ucp.AMID(c.cfg.AMBind), c.onBind); err != nil {
 		return err
+	}
+	if c.cfg.AMAtomic != 0 {
+		if err := c.w.SetAMHandler(ucp.AMID(c.cfg.AMAtomic), c.onAtomic); err != nil {
+			return err
+		}
 	}
 	if c.l, err = c.w.Listen(listenAddr(c.cfg)); err != nil {
 		return err
@@ -298,6 +307,9 @@ func (c *child) doMap(m message, fds []int) {
 	if m.Write {
 		prot |= syscall.PROT_WRITE
 		uprot |= ucp.ProtLocalWrite | ucp.ProtRemoteWrite
+		if m.NoRead { // a write-only grant: its key says so (the mapping cannot)
+			uprot &^= ucp.ProtRemoteRead
+		}
 	}
 	if m.Len == 0 || m.Len > m.Size || m.Size > 1<<48 {
 		syscall.Close(fds[0])
@@ -327,7 +339,7 @@ func (c *child) doMap(m message, fds []int) {
 		return
 	}
 	c.mu.Lock()
-	c.maps[m.Gen] = &mapping{b: b, mem: mem}
+	c.maps[m.Gen] = &mapping{b: b, mem: mem, n: m.Len, write: m.Write}
 	c.mu.Unlock()
 	c.send(message{Op: "mapped", Seq: m.Seq, Gen: m.Gen, Addr: mem.Address(), Key: key})
 }

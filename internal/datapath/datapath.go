@@ -54,6 +54,9 @@ type Config struct {
 	Listen netip.Addr `json:"listen"` // exporter's: the address its UCX listener listens on (port chosen)
 	Peer   netip.Addr `json:"peer"`   // the one host it exchanges segments with over tcp
 	AMBind uint16     `json:"ambind"` // the active message id of the bind message
+	// AMAtomic is the active message id of an atomic's request, and
+	// AMAtomic+1 its answer's (atomic.go); 0: no atomics.
+	AMAtomic uint16 `json:"amatomic,omitempty"`
 	// Bind is the header of the bind message an importer's sends (a
 	// proof its parent sealed); an exporter's holds none, and asks its
 	// parent about each header it is sent (Claim).
@@ -70,19 +73,21 @@ type Config struct {
 
 // message is one message either way on the process's socket.
 type message struct {
-	Op    string  `json:"op"`
-	Seq   uint64  `json:"seq,omitempty"`
-	Gen   uint64  `json:"gen,omitempty"`
-	Len   uint64  `json:"len,omitempty"`  // bytes registered and packed
-	Size  uint64  `json:"size,omitempty"` // bytes mapped: Len rounded up to whole pages
-	Write bool    `json:"write,omitempty"`
-	Addr  uint64  `json:"addr,omitempty"`
-	Port  uint16  `json:"port,omitempty"`
-	Key   []byte  `json:"key,omitempty"`
-	Err   string  `json:"err,omitempty"`
-	Init  *Config `json:"init,omitempty"`
-	Off   uint64  `json:"off,omitempty"`  // a move's offset in the region
-	SOff  uint64  `json:"soff,omitempty"` // a move's offset in the staging file
+	Op    string `json:"op"`
+	Seq   uint64 `json:"seq,omitempty"`
+	Gen   uint64 `json:"gen,omitempty"`
+	Len   uint64 `json:"len,omitempty"`  // bytes registered and packed
+	Size  uint64 `json:"size,omitempty"` // bytes mapped: Len rounded up to whole pages
+	Write bool   `json:"write,omitempty"`
+	// NoRead maps a region whose key grants no remote read (map).
+	NoRead bool    `json:"noread,omitempty"`
+	Addr   uint64  `json:"addr,omitempty"`
+	Port   uint16  `json:"port,omitempty"`
+	Key    []byte  `json:"key,omitempty"`
+	Err    string  `json:"err,omitempty"`
+	Init   *Config `json:"init,omitempty"`
+	Off    uint64  `json:"off,omitempty"`  // a move's offset in the region
+	SOff   uint64  `json:"soff,omitempty"` // a move's offset in the staging file
 	// Status is the UCX status an error answer's cause is, 0 when none.
 	Status int8 `json:"status,omitempty"`
 	// Buf names a buffer of the parent's (importer's) a move uses instead
@@ -96,6 +101,9 @@ type message struct {
 	// Ports are tcp ports on the importer's host: its data path's
 	// connections with the exporter's (connected, keep).
 	Ports []uint16 `json:"ports,omitempty"`
+	// Atomic is an atomic's request (atomic.go); its answer's value is
+	// in Addr.
+	Atomic *atomicReq `json:"atomic,omitempty"`
 }
 
 // answerErr is the error an "error" answer to op stands for: a *ucs.Error
@@ -249,10 +257,12 @@ func (p *Proc) Err() error {
 
 // Map hands the process a shared file to map (size bytes, read-only
 // unless writable), and to register and pack the first length bytes of
-// for the peer as generation gen. It returns the address of the mapping in
-// the process and the packed region.
-func (p *Proc) Map(ctx context.Context, gen uint64, f *os.File, size, length int, writable bool) (uint64, []byte, error) {
-	r, err := p.call(ctx, message{Op: "map", Gen: gen, Size: uint64(size), Len: uint64(length), Write: writable}, f, "mapped")
+// for the peer as generation gen, with remote write if writable and remote
+// read if readable (a key's protection, which only transports that check
+// keys in hardware enforce: the mapping itself is readable). It returns
+// the address of the mapping in the process and the packed region.
+func (p *Proc) Map(ctx context.Context, gen uint64, f *os.File, size, length int, writable, readable bool) (uint64, []byte, error) {
+	r, err := p.call(ctx, message{Op: "map", Gen: gen, Size: uint64(size), Len: uint64(length), Write: writable, NoRead: !readable}, f, "mapped")
 	if err != nil {
 		return 0, nil, err
 	}
@@ -690,7 +700,7 @@ func (p *Proc) dispatch(b []byte) error {
 		}
 		f(AM{ID: m.Buf, AMID: m.AM, Header: m.Key, Data: m.Data, Len: int(m.Len), Rndv: m.Rndv})
 		return nil
-	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "connected", "kept", "error":
+	case "mapped", "unmapped", "unpacked", "dropped", "moved", "buffered", "unbuffered", "peer", "peer-region", "done", "connected", "kept", "atomic-done", "error":
 		p.mu.Lock()
 		ch := p.wait[m.Seq]
 		p.mu.Unlock()

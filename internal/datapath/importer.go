@@ -27,7 +27,9 @@ type importer struct {
 	regions  map[uint64]ucp.RemoteRegion
 	buffers  map[uint64]*ibuf
 	nbuf     uint64
-	o        *offload                // made on the first offload request
+	o        *offload              // made on the first offload request
+	atomics  map[uint64]atomicWait // atomics waiting for their answer, by request
+	nAtomic  uint64
 	canceled map[uint64]*atomic.Bool // moves in flight, by request
 }
 
@@ -66,7 +68,12 @@ func (c *child) startImport(fds []int) error {
 	}
 	go c.w.Run(context.Background())
 	imp := &importer{c: c, stage: b, regions: map[uint64]ucp.RemoteRegion{}, buffers: map[uint64]*ibuf{},
-		canceled: map[uint64]*atomic.Bool{}}
+		canceled: map[uint64]*atomic.Bool{}, atomics: map[uint64]atomicWait{}}
+	if c.cfg.AMAtomic != 0 {
+		if err := c.w.SetAMHandler(ucp.AMID(c.cfg.AMAtomic+1), imp.onAtomicAnswer); err != nil {
+			return err
+		}
+	}
 	if _, err := fence(c.cfg.Peer); err != nil {
 		return err
 	}
