@@ -80,7 +80,7 @@ soak-native:
 # exporters and importers as processes against each other (SERIAL_PKGS)
 # runs under cgocheck2 after the race run instead of beside it: two runs
 # of such tests side by side were met by an unexplained 10 s stall of a
-# tcp get (docs/test-time.md).
+# tcp get (docs/development.md#test-time).
 SERIAL_PKGS ?= ./share
 test-native:
 	@echo "== UCX $$(pkg-config --modversion ucx): go vet"

@@ -8,7 +8,7 @@
 # release): cgo and uct against every release, ucp on the pairs of
 # XREL_UCP_PAIRS (build:loaded; the default: oldest on newest). Then a
 # program built against Debian trixie's 1.18.1 runs on Debian forky's
-# 1.23.0. Runs as root (root filesystems, see README).
+# 1.23.0. Runs as root (root filesystems: docs/development.md#provisioning).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
