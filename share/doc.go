@@ -6,27 +6,18 @@
 // and a region's memory is never released while an importer can still
 // reach it.
 //
-// The exporter side (each err checked; the README's pair, compiled and run
-// by share/readme_test.go, shows it whole):
-//
-//	sealer, err := share.NewHMACSealer(secret) // the same secret on both sides
-//	mem, err := share.NewMemory(64 << 20)      // shareable memory: fill mem.Bytes()
-//	events := make(chan share.Event, 64)       // opened, refused, acknowledged, expired, ended
-//	exp, err := share.NewExporter(sealer, share.WithLease(time.Hour), share.WithEvents(events))
-//	err = exp.Add(ctx, "frames", mem, share.ReadWrite)
-//	l, err := net.Listen("tcp", hostAddr)      // the host's address facing the DPU
-//	go func() { served <- exp.Serve(l) }()
-//	...
-//	err = exp.Close() // revokes every importer, waits for them, unmaps
-//	err = mem.Close()
-//
-// The importer side:
-//
-//	imp, err := share.Dial(ctx, "tcp", hostAddr, sealer)
-//	frames, err := imp.Region("frames")
-//	n, err := frames.ReadAt(p, off) // io.ReaderAt, pipelined
-//	<-imp.Revoked()                 // the exporter took it back
-//	err = imp.Close()               // acknowledges
+// The exporter makes a Sealer (NewHMACSealer, the same secret on both
+// sides), shareable memory (NewMemory), an Exporter (NewExporter), shares
+// the memory under a name (Exporter.Add) and serves a listener on the
+// host's address facing the DPU (Exporter.Serve); Exporter.Close revokes
+// every importer, waits for them and unmaps. The importer dials it (Dial),
+// takes a region by name (Importer.Region), reads and writes it in place
+// (Region.ReadAt, WriteAt: io.ReaderAt and io.WriterAt) or changes a word
+// of it atomically (Region.FetchAdd64 and the rest), learns of a
+// revocation (Region.Revoked, Importer.Revoked) and closes
+// (Importer.Close, which acknowledges). The package's Example runs the
+// whole story in one process; the README's host and DPU pair, every error
+// checked, is compiled and run by share/readme_test.go.
 //
 // # Modes
 //

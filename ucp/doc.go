@@ -2,15 +2,12 @@
 // memory mapping with export and import of memory handles, remote keys,
 // RMA (put/get), active messages and flush.
 //
-// A host exporter maps memory and exports it; a DPU importer imports the
-// descriptor and drives RDMA on the host's memory:
-//
-//	mem, _ := ctx.Allocate(1 << 20)
-//	desc, err := mem.Export() // ucs.ErrUnsupported where no MD can export
-//	...
-//	d, err := ucp.ParseDescriptor(desc) // validated in Go first
-//	host, err := uctx.Import(d) // uctx a *Context; ctx a context.Context
-//	region, err := w.LocalRegion(ctx, host) // the host's memory, by offset
+// A host exporter maps memory (Context.Allocate, Register) and exports it
+// (Mem.Export: a descriptor, or ucs.ErrUnsupported where no memory domain
+// can export); a DPU importer checks the descriptor in Go
+// (ParseDescriptor), imports it (Context.Import) and reaches the host's
+// memory by offset (Worker.LocalRegion). Example_hostExporter and
+// Example_dpuImporter show the two sides whole.
 //
 // Where no memory domain can export (anything but mlx5 DevX hardware), the
 // same program falls back to Mem.PackRegion (the mapping's address,

@@ -4,9 +4,8 @@
 // Every error a ucx-go call returns is an *Error carrying the operation
 // that was attempted and the cause: a Status (UCX's ucs_status_t, also used
 // as the sentinel errors below) or a Go-side sentinel such as ErrClosed.
-// Test for a cause with errors.Is:
-//
-//	if errors.Is(err, ucs.ErrUnsupported) { ... }
+// Test for a cause with errors.Is (errors.Is(err, ucs.ErrUnsupported), say);
+// ExampleError shows it.
 package ucs
 
 import (
