@@ -70,7 +70,9 @@ func serve() int {
 	// No privilege this process gains by exec, whatever the peer makes it
 	// run (PR_SET_NO_NEW_PRIVS).
 	syscall.RawSyscall6(syscall.SYS_PRCTL, 38, 1, 0, 0, 0, 0)
-	fc, err := net.FileConn(os.NewFile(3, "datapath-parent"))
+	parent := os.NewFile(3, "datapath-parent")
+	fc, err := net.FileConn(parent) // a duplicate: descriptor 3 is closed now, not by a finalizer at a garbage collection to come
+	parent.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ucxshare-datapath:", err)
 		return 2
