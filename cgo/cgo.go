@@ -5,9 +5,10 @@
 // uct and ucp stay free of cgo.
 //
 // Applications do not import it. It is the raw layer under uct and ucp:
-// it checks nothing that UCX does not, holds no state and owns nothing, so
-// a wrong call through it crashes the process as a wrong call into libucx
-// would. No public type of uct, ucp or ucs is one of its types. (It stays
+// it checks nothing that UCX does not, holds no state and owns nothing
+// (except the log shim, log_shim.c: the buffer UCX's log lines wait in for
+// package ucs, its pipe and its on/off flag), so a wrong call through it
+// crashes the process as a wrong call into libucx would. No public type of uct, ucp or ucs is one of its types. (It stays
 // a top-level directory, as the project's layout fixes, rather than
 // internal/.)
 package cgo

@@ -141,6 +141,44 @@ ucs_status_t ucxgo_rkey_release(uct_component_h component,
 ucs_status_t ucxgo_rkey_try(uct_component_h component, const void *buf,
                             size_t size);
 
+/* UCX's log lines (cgo/log_shim.c). A handler pushed on UCX's stack of log
+ * handlers formats each line into a ring in C memory and wakes Go through a
+ * pipe; no Go code runs on the thread that logs. */
+#define UCXGO_LOG_FILE_MAX 64    /* source file's base name */
+#define UCXGO_LOG_FUNC_MAX 64    /* function name */
+#define UCXGO_LOG_COMP_MAX 16    /* component name (UCX's own bound) */
+#define UCXGO_LOG_MSG_MAX  1024  /* message: UCX's default UCX_LOG_BUFFER */
+
+/* One line as the ring stores it (only the used part of text) and as
+ * ucxgo_log_pop copies it out. text holds file, function, component and
+ * message back to back, without terminators. */
+typedef struct ucxgo_log_line {
+    uint32_t size;       /* bytes of the record in the ring */
+    int32_t  level;      /* ucs_log_level_t; -1 marks ring padding */
+    int64_t  time_ns;    /* CLOCK_REALTIME when UCX logged it */
+    uint64_t dropped;    /* lines dropped just before this one */
+    uint32_t line;
+    uint16_t file_len, func_len, comp_len, msg_len;
+    char     text[UCXGO_LOG_FILE_MAX + UCXGO_LOG_FUNC_MAX +
+                  UCXGO_LOG_COMP_MAX + UCXGO_LOG_MSG_MAX];
+} ucxgo_log_line_t;
+
+/* Pushes the handler (once) and returns the pipe's read end, or -1 with
+ * errno set (*pushed 0 when UCX's handler table was full). */
+int ucxgo_log_install(int *pushed);
+/* Routing on: lines go to the ring (levels UCX treats as fatal excepted);
+ * off: the handler returns at once and UCX prints. */
+void ucxgo_log_route(int on);
+/* Handlers that saw routing on and have not returned yet. */
+unsigned ucxgo_log_inflight(void);
+/* Wakes the reader; ucxgo_log_ack re-arms the wake-up before a drain. */
+void ucxgo_log_wake(void);
+void ucxgo_log_ack(void);
+/* Takes the oldest line into *out: 1, or 0 when the ring is empty. */
+int ucxgo_log_pop(ucxgo_log_line_t *out);
+/* Lines dropped since the start of the process. */
+uint64_t ucxgo_log_dropped(void);
+
 #include "ucp_shim.h"
 
 #endif /* UCXGO_UNSUPPORTED */
