@@ -269,45 +269,83 @@ func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
 // handlers concurrently and deliver in either order (an AMQueue got 1 MiB
 // and 3 MiB messages swapped, 10 runs in 60, with Run and Receive both
 // progressing).
+//
+// Handlers run without the worker's lock. Each message is its own
+// allocation (newAMMessage), not a slot of a reused buffer: a handler that
+// keeps one (as Go code keeps what it is given) never sees the next
+// message's fields written under it.
+//
+// A handler that panics ends the dispatch (the panic goes on to the
+// caller): its message is done with, as if it had returned, and the rest
+// of its batch go back to the head of the queue, for the next progress's
+// dispatcher.
 func (w *Worker) dispatchPending() {
-	w.mu.Lock()
-	defer func() { // also when a handler panics: later messages still go
-		w.dispatching = false
-		w.mu.Unlock()
+	var msgs []*AMMessage
+	next := 0 // msgs[next:] are not dispatched yet
+	defer func() {
+		if msgs != nil { // a handler panicked
+			if m := msgs[next-1]; !m.queued {
+				m.Drop()
+			}
+			w.requeuePending(msgs[next:])
+		}
 	}()
-	for len(w.amPending) > 0 {
-		msgs := w.amPending
-		w.amPending, w.amSpare = w.amSpare, nil
-		w.mu.Unlock()
-		w.dispatch(msgs)
-		w.mu.Lock()
-		clear(msgs)
-		if w.amSpare == nil {
-			w.amSpare = msgs[:0]
+	for msgs = w.nextPending(nil); msgs != nil; msgs = w.nextPending(msgs) {
+		for next = 0; next < len(msgs); {
+			msg := msgs[next]
+			next++
+			if fn := w.amHandlerFn(msg.ID); fn != nil {
+				fn(msg)
+			}
+			if !msg.queued {
+				msg.Drop()
+			}
 		}
 	}
 }
 
-// dispatch runs the handlers of msgs, without mu. Each message is its own
-// allocation (newAMMessage), not a slot of a reused buffer: a handler that
-// keeps one (as Go code keeps what it is given) never sees the next
-// message's fields written under it.
-func (w *Worker) dispatch(msgs []*AMMessage) {
-	for _, msg := range msgs {
-		// fn is read under mu: SetAMHandler replaces it in place.
-		var fn AMHandler
-		w.mu.Lock()
-		if h := w.handlers[msg.ID]; h != nil {
-			fn = h.fn
-		}
-		w.mu.Unlock()
-		if fn != nil {
-			fn(msg)
-		}
-		if !msg.queued {
-			msg.Drop()
+// nextPending is the dispatcher's next batch of messages, after done (the
+// batch it ran, nil at first) is given back for reuse; nil when none is
+// left, and then the caller is no longer the dispatcher: the look and the
+// hand-over are one critical section, so that a message a progress queues
+// meanwhile finds a dispatcher or makes one.
+func (w *Worker) nextPending(done []*AMMessage) []*AMMessage {
+	w.mu.Lock()
+	if done != nil {
+		clear(done)
+		if w.amSpare == nil {
+			w.amSpare = done[:0]
 		}
 	}
+	msgs := w.amPending
+	if len(msgs) == 0 {
+		msgs = nil
+		w.dispatching = false
+	} else {
+		w.amPending, w.amSpare = w.amSpare, nil
+	}
+	w.mu.Unlock()
+	return msgs
+}
+
+// requeuePending puts msgs back at the head of the queue, and the caller
+// is no longer the dispatcher: a dispatch a handler's panic ended.
+func (w *Worker) requeuePending(msgs []*AMMessage) {
+	w.mu.Lock()
+	w.amPending = append(msgs[:len(msgs):len(msgs)], w.amPending...)
+	w.dispatching = false
+	w.mu.Unlock()
+}
+
+// amHandlerFn is id's handler now, nil if none: read under the lock, since
+// SetAMHandler replaces it in place.
+func (w *Worker) amHandlerFn(id AMID) AMHandler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.handlers[id]; h != nil {
+		return h.fn
+	}
+	return nil
 }
 
 // AMSendFlags tune SendAM.
