@@ -60,3 +60,56 @@ func TestAMHandlerPanicLeavesDispatchWorking(t *testing.T) {
 	send("later")
 	require.Empty(t, progress("later"))
 }
+
+// Request.Test progresses the worker, and the handlers that progress
+// brings run without the request's lock: a handler may look at the very
+// request being tested. Test used to run them under it, and a handler's
+// Done on the request deadlocked the goroutine.
+func TestHandlerMayUseTheRequestBeingTested(t *testing.T) {
+	p := newPair(t, connectBack(), runServer())
+	// The client's send stays in flight: its rendezvous data waits in a
+	// queue nobody reads until the end.
+	q, err := p.server.OpenAMQueue(11)
+	require.NoError(t, err)
+	defer q.Close()
+	send, err := p.ep.SendAM(11, nil, make([]byte, 1<<20), ucp.AMRndv)
+	require.NoError(t, err)
+
+	doneSeen := make(chan bool, 1)
+	require.NoError(t, p.client.SetAMHandler(10, func(*ucp.AMMessage) {
+		doneSeen <- send.Done() // the request Test is testing
+	}))
+	ping, err := p.sep.SendAM(10, []byte("ping"), nil, 0)
+	require.NoError(t, err)
+	ping.Detach()
+
+	tested := make(chan error, 1)
+	go func() {
+		for {
+			done, err := send.Test()
+			if done || err != nil {
+				tested <- err
+				return
+			}
+			select {
+			case <-time.After(time.Millisecond):
+			case seen := <-doneSeen:
+				doneSeen <- seen
+				tested <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-tested:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Request.Test did not return: a handler it ran waits for the request's lock, which Test holds")
+	}
+	require.False(t, <-doneSeen, "the send waits for the queue")
+
+	m, err := q.Receive(waitCtx(t))
+	require.NoError(t, err)
+	m.Drop()
+	require.NoError(t, send.Wait(waitCtx(t)))
+}

@@ -201,30 +201,45 @@ func (r Request) Test() (done bool, err error) {
 		return false, neverStarted("")
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gen != r.gen { // an earlier use, which completed without error
-		return true, nil
+	dispatch, done, err := p.testLocked(r.gen)
+	p.mu.Unlock()
+	if dispatch != nil {
+		// The messages the progress brought go to their handlers without
+		// p's lock: a handler may use this very request.
+		dispatch.dispatchPending()
+	}
+	return done, err
+}
+
+// testLocked is Test with p.mu held; dispatch is the worker whose handlers
+// the caller is to run once it has unlocked (its progress made it the
+// dispatcher).
+func (p *request) testLocked(gen uint32) (dispatch *Worker, done bool, err error) {
+	if p.gen != gen { // an earlier use, which completed without error
+		return nil, true, nil
 	}
 	if p.done {
-		return true, p.err
+		return nil, true, p.err
 	}
 	if p.gone.Load() {
-		return false, detachedError(p.op)
+		return nil, false, detachedError(p.op)
 	}
 	if !p.fl.c.Done() {
-		p.w.progress()
+		if _, dispatcher := p.w.progressLocked(cgo.Request{}, 1); dispatcher {
+			dispatch = p.w
+		}
 		if !p.fl.c.Done() {
-			return false, nil
+			return dispatch, false, nil
 		}
 	}
 	if p.waiting > 0 { // a Wait reads the request and will release it
 		p.settleLocked()
-		return true, p.err
+		return dispatch, true, p.err
 	}
 	p.finishLocked()
 	err = p.err
 	p.recycleLocked()
-	return true, err
+	return dispatch, true, err
 }
 
 // settleLocked records the outcome of an operation UCX completed, which a
