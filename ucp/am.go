@@ -54,21 +54,11 @@ func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error 
 	if w.ctx.features&FeatureAM == 0 {
 		return errs.New(op, ucs.ErrUnsupported, "the context was made without FeatureAM (see WithFeatures)")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h, ok := w.handlers[id]; ok {
-		if h.queue != nil || q != nil {
-			return errs.New(op, ucs.ErrAlreadyExists, "id %d already has a %s", id, h.kind())
-		}
-		h.fn = fn
-		return nil
+	h, st := w.routeAM(id, fn, q)
+	if h != nil {
+		return errs.New(op, ucs.ErrAlreadyExists, "id %d already has a %s", id, h.kind())
 	}
-	c, st := w.c.SetAMHandler(uint(id))
-	if err := errs.Status(ucs.Status(st), op); err != nil {
-		return err
-	}
-	w.handlers[id] = &amHandler{fn: fn, c: c, queue: q}
-	return nil
+	return errs.Status(ucs.Status(st), op)
 }
 
 func (h *amHandler) kind() string {
@@ -91,17 +81,9 @@ func (w *Worker) clearHandler(op string, id AMID, q *AMQueue) error {
 		return closedError(op)
 	}
 	defer w.res.Exit()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h, ok := w.handlers[id]
-	if !ok || h.queue != q {
-		if ok && q == nil {
-			return errs.New(op, ucs.ErrAlreadyExists, "id %d is routed to a queue (close it instead)", id)
-		}
-		return nil
+	if w.unrouteAM(id, q) {
+		return errs.New(op, ucs.ErrAlreadyExists, "id %d is routed to a queue (close it instead)", id)
 	}
-	w.c.ClearAMHandler(uint(id), h.c)
-	delete(w.handlers, id)
 	return nil
 }
 
@@ -203,16 +185,13 @@ func errNilMessage(op string) error { return errs.New(op, ucs.ErrInvalidParam, "
 
 func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	w := m.w
-	w.mu.Lock()
-	if !w.res.State.claimRendezvous(m.desc) {
-		w.mu.Unlock()
+	r, claimed := w.recvRendezvous(m.desc, p, uintptr(m.length), memh)
+	if !claimed {
 		if pin != nil {
 			unpin(pin)
 		}
 		return Request{}, errs.New(op, ucs.ErrClosed, "the worker was closed, and its unreceived rendezvous data dropped")
 	}
-	r := w.c.AMRecvData(m.desc, p, uintptr(m.length), memh)
-	w.mu.Unlock()
 	req := newRequest(w, r, op, pin, mem)
 	w.res.Release() // the message's reference; an in-flight request has its own
 	return req, nil
@@ -225,13 +204,7 @@ func (m *AMMessage) Drop() {
 	if m == nil || !m.rndv || !m.consumed.CompareAndSwap(false, true) {
 		return
 	}
-	m.w.mu.Lock()
-	claimed := m.w.res.State.claimRendezvous(m.desc)
-	if claimed {
-		m.w.c.AMDataRelease(m.desc)
-	}
-	m.w.mu.Unlock()
-	if claimed {
+	if m.w.releaseRendezvous(m.desc) {
 		m.w.res.Release()
 	}
 }
@@ -242,7 +215,8 @@ func (m *AMMessage) Drop() {
 // no pointers, which the handler may pass to C (echo it with SendAM, say):
 // cgo refuses memory that holds Go pointers, such as the message's own.
 // Header and Data are capped, so appending to one never writes into the
-// other. Called with mu held.
+// other. Called with the worker's lock held (progressRound), while m's
+// views of C memory are valid.
 func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
 	msg := &AMMessage{ID: AMID(m.ID), w: w, length: m.Length, rndv: m.Rndv, desc: m.DataDesc}
 	h, n := len(m.Header), len(m.Header)+len(m.Data)
@@ -263,7 +237,7 @@ func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
 
 // dispatchPending runs the handlers of the messages progress took, one
 // message at a time, in the order UCX delivered them, until none is left.
-// Only the goroutine progressLocked made the dispatcher calls it; other
+// Only the goroutine progressRound made the dispatcher calls it; other
 // goroutines that progress meanwhile (a handler that progresses the worker
 // included) leave their messages to it. Two dispatchers would run
 // handlers concurrently and deliver in either order (an AMQueue got 1 MiB
@@ -302,50 +276,6 @@ func (w *Worker) dispatchPending() {
 			}
 		}
 	}
-}
-
-// nextPending is the dispatcher's next batch of messages, after done (the
-// batch it ran, nil at first) is given back for reuse; nil when none is
-// left, and then the caller is no longer the dispatcher: the look and the
-// hand-over are one critical section, so that a message a progress queues
-// meanwhile finds a dispatcher or makes one.
-func (w *Worker) nextPending(done []*AMMessage) []*AMMessage {
-	w.mu.Lock()
-	if done != nil {
-		clear(done)
-		if w.amSpare == nil {
-			w.amSpare = done[:0]
-		}
-	}
-	msgs := w.amPending
-	if len(msgs) == 0 {
-		msgs = nil
-		w.dispatching = false
-	} else {
-		w.amPending, w.amSpare = w.amSpare, nil
-	}
-	w.mu.Unlock()
-	return msgs
-}
-
-// requeuePending puts msgs back at the head of the queue, and the caller
-// is no longer the dispatcher: a dispatch a handler's panic ended.
-func (w *Worker) requeuePending(msgs []*AMMessage) {
-	w.mu.Lock()
-	w.amPending = append(msgs[:len(msgs):len(msgs)], w.amPending...)
-	w.dispatching = false
-	w.mu.Unlock()
-}
-
-// amHandlerFn is id's handler now, nil if none: read under the lock, since
-// SetAMHandler replaces it in place.
-func (w *Worker) amHandlerFn(id AMID) AMHandler {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h := w.handlers[id]; h != nil {
-		return h.fn
-	}
-	return nil
 }
 
 // AMSendFlags tune SendAM.

@@ -14,10 +14,7 @@ import (
 // its Worker may be gone. A closed worker is drained, so that nobody needs
 // to progress it.
 func abandonTo(res *handle.Resource[engine], r cgo.Request, ops *opsInFlight, after func()) {
-	s := &res.State
-	s.mu.Lock()
-	s.abandoned = append(s.abandoned, abandonedRequest{r, ops, after})
-	s.mu.Unlock()
+	res.State.abandon(abandonedRequest{r, ops, after})
 	startDrain(res)
 }
 
@@ -39,14 +36,7 @@ func collectWorker(r *handle.Resource[engine]) {
 // or collected worker, and the worker references it held: messages left in
 // an AMQueue, or kept by a handler, are not received after Close.
 func dropRendezvous(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	n := len(s.rndv)
-	for desc := range s.rndv {
-		s.c.AMDataRelease(desc)
-	}
-	clear(s.rndv)
-	s.mu.Unlock()
+	n := r.State.releaseAllRendezvous()
 	for range n {
 		r.Release()
 	}
@@ -56,16 +46,7 @@ func dropRendezvous(r *handle.Resource[engine]) {
 // process's drainer, unless it has it. The caller holds a reference (the
 // UCX worker is alive); the drainer takes its own.
 func startDrain(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	start := r.Closed() && !s.draining && len(s.abandoned) > 0
-	if start {
-		s.draining = true
-		s.drainUntil = time.Now().Add(drainTimeout)
-		r.Ref()
-	}
-	s.mu.Unlock()
-	if !start {
+	if !beginDrain(r) {
 		return
 	}
 	drainer.mu.Lock()
@@ -131,20 +112,7 @@ func drainAll() {
 // worker with nothing left (or past its deadline) leaves the drainer and
 // drops the drainer's reference, which may release it.
 func drainOnce(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	s.c.Progress()
-	reaped := s.reapAbandoned()
-	done := len(s.abandoned) == 0 || time.Now().After(s.drainUntil)
-	if done {
-		// Left with draining, under s.mu: a startDrain after this adds
-		// the worker again.
-		s.draining = false
-		drainer.mu.Lock()
-		delete(drainer.workers, r)
-		drainer.mu.Unlock()
-	}
-	s.mu.Unlock()
+	reaped, done := drainRound(r)
 	for _, a := range reaped {
 		if a.after != nil {
 			a.after()
@@ -154,4 +122,12 @@ func drainOnce(r *handle.Resource[engine]) {
 	if done {
 		r.Release()
 	}
+}
+
+// drainerLeave takes r out of the drainer's workers. drainRound calls it
+// with the worker's lock held.
+func drainerLeave(r *handle.Resource[engine]) {
+	drainer.mu.Lock()
+	delete(drainer.workers, r)
+	drainer.mu.Unlock()
 }

@@ -184,10 +184,7 @@ func (p *request) finishLocked() {
 	if fl.ops != nil {
 		fl.ops.remove(fl.c)
 	}
-	s := &fl.res.State
-	s.mu.Lock()
-	s.c.Release(fl.c, false)
-	s.mu.Unlock()
+	fl.res.State.release(fl.c)
 	fl.releaseHolds()
 	fl.res.Release()
 	p.fl = inflight{}
@@ -225,7 +222,7 @@ func (p *request) testLocked(gen uint32) (dispatch *Worker, done bool, err error
 		return nil, false, detachedError(p.op)
 	}
 	if !p.fl.c.Done() {
-		if _, dispatcher := p.w.progressLocked(cgo.Request{}, 1); dispatcher {
+		if _, dispatcher := p.w.progressRound(cgo.Request{}, 1); dispatcher {
 			dispatch = p.w
 		}
 		if !p.fl.c.Done() {
@@ -414,10 +411,7 @@ func (r Request) cancel() {
 	if p.gen != r.gen || p.done || !p.live || p.fl.c.Done() {
 		return
 	}
-	s := &p.fl.res.State
-	s.mu.Lock()
-	s.c.Cancel(p.fl.c)
-	s.mu.Unlock()
+	p.fl.res.State.cancel(p.fl.c)
 }
 
 // Length is the number of bytes an active-message receive (ReceiveInto)
@@ -456,9 +450,7 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 		}
 	}
 	st, _ := r.Result()
-	w.mu.Lock()
-	w.c.Release(r, false)
-	w.mu.Unlock()
+	w.release(r)
 	w.res.Release()
 	if after != nil {
 		after()
