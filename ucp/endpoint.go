@@ -697,10 +697,15 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 			l.res.Exit()
 			return cr, nil
 		}
-		// The worker's Close ends the wait too: nothing progresses a closed
-		// worker for its listener, so no request would come.
-		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
+		// The wait holds a reference on the listener (and so its worker),
+		// not the listener entered: a handler it runs may close the
+		// listener, and a Close waits for what is entered. The worker's
+		// Close ends the wait too: nothing progresses a closed worker for
+		// its listener, so no request would come.
+		l.res.Ref()
 		l.res.Exit()
+		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
+		l.res.Release()
 		if err != nil {
 			var e *ucs.Error
 			if errors.As(err, &e) && e.Err == ucs.ErrTimedOut {

@@ -1,12 +1,14 @@
 package ucp_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // A handler that panics: the panic reaches the goroutine whose progress
@@ -112,4 +114,31 @@ func TestHandlerMayUseTheRequestBeingTested(t *testing.T) {
 	require.NoError(t, err)
 	m.Drop()
 	require.NoError(t, send.Wait(waitCtx(t)))
+}
+
+// A handler run by a wait inside AcceptRequest may close that listener (a
+// "shut down" message, say): the Accept ends with ucs.ErrClosed. The
+// Accept used to hold the listener entered across its wait, and the
+// Close, which waits for operations in flight, then waited for its own
+// goroutine.
+func TestHandlerMayCloseTheListenerAcceptWaitsOn(t *testing.T) {
+	p := newPair(t, listening(), runClient())
+	const shutdown ucp.AMID = 12
+	require.NoError(t, p.server.SetAMHandler(shutdown, func(*ucp.AMMessage) {
+		p.listener.Close()
+	}))
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := p.listener.AcceptRequest(context.Background())
+		accepted <- err
+	}()
+	req, err := p.ep.SendAM(shutdown, nil, nil, 0)
+	require.NoError(t, err)
+	req.Detach()
+	select {
+	case err := <-accepted:
+		require.ErrorIs(t, err, ucs.ErrClosed)
+	case <-time.After(20 * time.Second):
+		t.Fatal("AcceptRequest did not return: the listener's Close in a handler it ran waits for it")
+	}
 }
