@@ -11,6 +11,75 @@ import (
 	"github.com/ucxgo/ucx/internal/handle"
 )
 
+// # The worker's lock, and the lock order of package ucp
+//
+// engine.ucx is a worker's lock. Every call into UCX on a worker (on it,
+// its endpoints, its listeners and the remote keys unpacked on them) is
+// made under it, and this file is the only one that takes it or makes those
+// calls: the rest of the package calls the functions below, each of which
+// takes the lock, makes one call (or one critical section that must be
+// atomic) and returns. Some calls need no lock and are made anywhere:
+// ucp_worker_signal (cgo Worker.Signal, which UCX makes thread-safe), the
+// free of an endpoint record UCX is done with (Endpoint.Free), and reads of
+// what the shim's callbacks record (Endpoint.Error, Endpoint.Handle,
+// Listener.Pending; Request.Done, Result and Tag). The calls on a context
+// (ucp_mem_map and ucp_mem_unmap, key and memory-handle packing, worker
+// creation) are not the worker's and take no lock of it.
+// lockorder_internal_test.go checks this on the package's source: the lock
+// named outside this file, a cgo Worker, Endpoint, Listener or Rkey method
+// that needs it called outside it, a function here that makes such a call
+// without taking the lock (unless named …Locked, its caller holding it, or
+// the worker's release), a …Locked function called from another file.
+//
+// The package's mutexes, outermost first. A goroutine that holds one takes
+// only those listed after it, and never two of one kind (two workers'
+// locks, two requests' locks) at once.
+//
+//  1. Worker.loopMu (region.go), the worker's loopback: held across the
+//     loopback endpoint's creation (PackAddress, ConnectWorker), so it
+//     takes peerAddressChecker.once and ucx.
+//  2. peerAddressChecker.once (address.go; a sync.Once holds its mutex
+//     while it runs): learns the worker's own address, so takes ucx.
+//  3. endpointReaders.mu (rkeyreader.go), an endpoint's key readers: held
+//     across the probe, so takes ucx (rkeyReader).
+//  4. request.mu (request.go), one operation's: takes ucx (release, cancel,
+//     abandon, beginDrain), drainer.mu (startDrain), opsInFlight.mu
+//     (finishLocked), and what finishing an operation releases
+//     (releaseHolds): pinners.mu, ucx (putSlot, a remote key's release),
+//     retiredMaps.mu (a mapping's release). Request.Detach calls
+//     ucp_worker_signal under it (lock-free).
+//  5. engine.ucx, the worker's: takes opsInFlight.mu (reapAbandonedLocked),
+//     drainer.mu (drainRound: the worker leaves the drainer under ucx, with
+//     its draining flag) and Endpoint.failOnce (checkFailed, in
+//     progressRound). Under it nothing is released (a release may take
+//     ucx again: progressRound and drainRound run what they reaped once
+//     they have let go of it), closed, or handed to user code.
+//  6. retiredMaps.mu (mem.go), a context's quarantine of closed mappings:
+//     calls ucp_mem_unmap (a context call) and takes liveImports.mu
+//     (liveImport.unmapped).
+//  7. liveImports.mu (imports.go), a context's live imports: held across a
+//     whole Import, ucp_mem_map (a context call) included.
+//  8. The leaves, which take no other lock and call no UCX: opsInFlight.mu
+//     (gets.go, an endpoint's operations in flight), drainer.mu (drain.go),
+//     AMQueue.mu (am.go), pinners.mu (rma.go), sleeper.pollMu (sleep.go:
+//     the worker is armed after it is let go), Endpoint.failOnce
+//     (endpoint.go).
+//
+// The sync.OnceValue(s) of the package (localMDs, rkeyLocalInfo,
+// probeReaders, noExporterHere, rejectAbortsLaterConnections, ...) probe
+// UCT or read the UCX release: they take none of these locks and call no
+// worker, so any of them may run under any lock above.
+//
+// Two rules complete the order. Active-message handlers (user code) run
+// with none of these mutexes held (dispatchPending, after the progress that
+// took the messages let go of ucx; Request.Test dispatches after letting go
+// of request.mu). And a handle's Close waits for the operations that
+// entered it (internal/handle: Enter never waits, Close does): no Close
+// runs under ucx or request.mu, and a wait that may run handlers holds no
+// handle entered but its worker's, whose Close from a handler finishes
+// after the wait (Worker.Close); AcceptRequest holds its listener by a
+// reference across its wait, not entered.
+
 // engine is one UCX worker's machinery: the worker, the lock that
 // serializes every UCX call on it, the sleep on its event fd, the requests
 // handed to it (abandoned), the rendezvous data it holds, and its drain.
