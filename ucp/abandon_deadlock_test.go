@@ -15,8 +15,8 @@ import (
 // abandoned by its waiter (its Wait timed out) holds the remote key it
 // uses; if the key is closed meanwhile, that hold is the last reference.
 // When UCX completes the request, the worker's progress reaps it with the
-// worker mutex held (reapAbandoned, called from progressLocked) and the
-// release of the key takes the same mutex (releaseRkey): the progressing
+// worker lock held (reapAbandonedLocked, called from progressRound) and the
+// release of the key takes the same lock (releaseRkey): the progressing
 // goroutine deadlocks on itself, and every later user of the worker with it.
 //
 // Nothing is closed with defer or t.Cleanup: once deadlocked, every close
@@ -59,7 +59,7 @@ func TestAbandonedRequestReleasingLastKeyReferenceDoesNotDeadlock(t *testing.T) 
 	select {
 	case <-progressed:
 	case <-time.After(30 * time.Second):
-		t.Fatal("client.Progress deadlocked: reapAbandoned runs with the worker mutex held " +
+		t.Fatal("client.Progress deadlocked: reapAbandonedLocked runs with the worker lock held " +
 			"and the abandoned request's release of the last remote-key reference (releaseRkey) takes it again " +
 			"(the handles of this test stay open: closing them would block too)")
 	}

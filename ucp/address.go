@@ -100,9 +100,7 @@ func (w *Worker) checkPeerAddress(raw []byte) error {
 	const op = connectWorkerOp
 	c := &w.peerAddrs
 	c.once.Do(func() {
-		w.mu.Lock()
-		own, st := w.c.Address()
-		w.mu.Unlock()
+		own, st := w.address()
 		if err := errs.Status(ucs.Status(st), op); err != nil {
 			c.err = err
 			return

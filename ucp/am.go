@@ -54,21 +54,11 @@ func (w *Worker) setHandler(op string, id AMID, fn AMHandler, q *AMQueue) error 
 	if w.ctx.features&FeatureAM == 0 {
 		return errs.New(op, ucs.ErrUnsupported, "the context was made without FeatureAM (see WithFeatures)")
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h, ok := w.handlers[id]; ok {
-		if h.queue != nil || q != nil {
-			return errs.New(op, ucs.ErrAlreadyExists, "id %d already has a %s", id, h.kind())
-		}
-		h.fn = fn
-		return nil
+	h, st := w.routeAM(id, fn, q)
+	if h != nil {
+		return errs.New(op, ucs.ErrAlreadyExists, "id %d already has a %s", id, h.kind())
 	}
-	c, st := w.c.SetAMHandler(uint(id))
-	if err := errs.Status(ucs.Status(st), op); err != nil {
-		return err
-	}
-	w.handlers[id] = &amHandler{fn: fn, c: c, queue: q}
-	return nil
+	return errs.Status(ucs.Status(st), op)
 }
 
 func (h *amHandler) kind() string {
@@ -91,17 +81,9 @@ func (w *Worker) clearHandler(op string, id AMID, q *AMQueue) error {
 		return closedError(op)
 	}
 	defer w.res.Exit()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h, ok := w.handlers[id]
-	if !ok || h.queue != q {
-		if ok && q == nil {
-			return errs.New(op, ucs.ErrAlreadyExists, "id %d is routed to a queue (close it instead)", id)
-		}
-		return nil
+	if w.unrouteAM(id, q) {
+		return errs.New(op, ucs.ErrAlreadyExists, "id %d is routed to a queue (close it instead)", id)
 	}
-	w.c.ClearAMHandler(uint(id), h.c)
-	delete(w.handlers, id)
 	return nil
 }
 
@@ -203,16 +185,13 @@ func errNilMessage(op string) error { return errs.New(op, ucs.ErrInvalidParam, "
 
 func (m *AMMessage) receive(op string, p unsafe.Pointer, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	w := m.w
-	w.mu.Lock()
-	if !w.res.State.claimRendezvous(m.desc) {
-		w.mu.Unlock()
+	r, claimed := w.recvRendezvous(m.desc, p, uintptr(m.length), memh)
+	if !claimed {
 		if pin != nil {
 			unpin(pin)
 		}
 		return Request{}, errs.New(op, ucs.ErrClosed, "the worker was closed, and its unreceived rendezvous data dropped")
 	}
-	r := w.c.AMRecvData(m.desc, p, uintptr(m.length), memh)
-	w.mu.Unlock()
 	req := newRequest(w, r, op, pin, mem)
 	w.res.Release() // the message's reference; an in-flight request has its own
 	return req, nil
@@ -225,13 +204,7 @@ func (m *AMMessage) Drop() {
 	if m == nil || !m.rndv || !m.consumed.CompareAndSwap(false, true) {
 		return
 	}
-	m.w.mu.Lock()
-	claimed := m.w.res.State.claimRendezvous(m.desc)
-	if claimed {
-		m.w.c.AMDataRelease(m.desc)
-	}
-	m.w.mu.Unlock()
-	if claimed {
+	if m.w.releaseRendezvous(m.desc) {
 		m.w.res.Release()
 	}
 }
@@ -242,7 +215,8 @@ func (m *AMMessage) Drop() {
 // no pointers, which the handler may pass to C (echo it with SendAM, say):
 // cgo refuses memory that holds Go pointers, such as the message's own.
 // Header and Data are capped, so appending to one never writes into the
-// other. Called with mu held.
+// other. Called with the worker's lock held (progressRound), while m's
+// views of C memory are valid.
 func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
 	msg := &AMMessage{ID: AMID(m.ID), w: w, length: m.Length, rndv: m.Rndv, desc: m.DataDesc}
 	h, n := len(m.Header), len(m.Header)+len(m.Data)
@@ -263,49 +237,43 @@ func (w *Worker) newAMMessage(m *cgo.AMMessage) *AMMessage {
 
 // dispatchPending runs the handlers of the messages progress took, one
 // message at a time, in the order UCX delivered them, until none is left.
-// Only the goroutine progressLocked made the dispatcher calls it; other
+// Only the goroutine progressRound made the dispatcher calls it; other
 // goroutines that progress meanwhile (a handler that progresses the worker
 // included) leave their messages to it. Two dispatchers would run
 // handlers concurrently and deliver in either order (an AMQueue got 1 MiB
 // and 3 MiB messages swapped, 10 runs in 60, with Run and Receive both
 // progressing).
-func (w *Worker) dispatchPending() {
-	w.mu.Lock()
-	defer func() { // also when a handler panics: later messages still go
-		w.dispatching = false
-		w.mu.Unlock()
-	}()
-	for len(w.amPending) > 0 {
-		msgs := w.amPending
-		w.amPending, w.amSpare = w.amSpare, nil
-		w.mu.Unlock()
-		w.dispatch(msgs)
-		w.mu.Lock()
-		clear(msgs)
-		if w.amSpare == nil {
-			w.amSpare = msgs[:0]
-		}
-	}
-}
-
-// dispatch runs the handlers of msgs, without mu. Each message is its own
+//
+// Handlers run without the worker's lock. Each message is its own
 // allocation (newAMMessage), not a slot of a reused buffer: a handler that
 // keeps one (as Go code keeps what it is given) never sees the next
 // message's fields written under it.
-func (w *Worker) dispatch(msgs []*AMMessage) {
-	for _, msg := range msgs {
-		// fn is read under mu: SetAMHandler replaces it in place.
-		var fn AMHandler
-		w.mu.Lock()
-		if h := w.handlers[msg.ID]; h != nil {
-			fn = h.fn
+//
+// A handler that panics ends the dispatch (the panic goes on to the
+// caller): its message is done with, as if it had returned, and the rest
+// of its batch go back to the head of the queue, for the next progress's
+// dispatcher.
+func (w *Worker) dispatchPending() {
+	var msgs []*AMMessage
+	next := 0 // msgs[next:] are not dispatched yet
+	defer func() {
+		if msgs != nil { // a handler panicked
+			if m := msgs[next-1]; !m.queued {
+				m.Drop()
+			}
+			w.requeuePending(msgs[next:])
 		}
-		w.mu.Unlock()
-		if fn != nil {
-			fn(msg)
-		}
-		if !msg.queued {
-			msg.Drop()
+	}()
+	for msgs = w.nextPending(nil); msgs != nil; msgs = w.nextPending(msgs) {
+		for next = 0; next < len(msgs); {
+			msg := msgs[next]
+			next++
+			if fn := w.amHandlerFn(msg.ID); fn != nil {
+				fn(msg)
+			}
+			if !msg.queued {
+				msg.Drop()
+			}
 		}
 	}
 }

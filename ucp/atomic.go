@@ -18,34 +18,12 @@ func (s *amoSlot) operand() unsafe.Pointer { return s.p }
 func (s *amoSlot) reply() unsafe.Pointer   { return unsafe.Add(s.p, 8) }
 
 // A worker's free slots are its engine's, under the worker's lock (held
-// anyway for the UCX call): slots are made in chunks and never freed, as
-// many as atomics were ever in flight at once on the worker (a sync.Pool
-// would drop slots, and their C memory, at a collection). A slot returns
-// when UCX is done with it: at once, or when its operation completes.
+// anyway for the UCX call; engine.atomicOp, getSlotLocked, putSlot): slots
+// are made in chunks and never freed, as many as atomics were ever in
+// flight at once on the worker (a sync.Pool would drop slots, and their C
+// memory, at a collection). A slot returns when UCX is done with it: at
+// once, or when its operation completes.
 const amoChunk = 64 // slots made at once
-
-// getSlotLocked takes a free slot; called with mu held.
-func (e *engine) getSlotLocked() *amoSlot {
-	if len(e.slots) == 0 {
-		words := cgo.AllocWords(2 * amoChunk)
-		if words == nil {
-			panic("ucp: out of C memory for atomics")
-		}
-		for i := range amoChunk {
-			e.slots = append(e.slots, &amoSlot{unsafe.Add(words, 16*i)})
-		}
-	}
-	s := e.slots[len(e.slots)-1]
-	e.slots = e.slots[:len(e.slots)-1]
-	return s
-}
-
-// putSlot gives s back to e's free slots.
-func (e *engine) putSlot(s *amoSlot) {
-	e.mu.Lock()
-	e.slots = append(e.slots, s)
-	e.mu.Unlock()
-}
 
 // amoOp names an atomic for errors.
 func amoOp(code uint) string {
@@ -188,24 +166,8 @@ func (r RemoteRegion) atomic(op string, code uint, off, size int, v, swap uint64
 	}
 	defer ep.res.Exit()
 	w := ep.w
-	w.mu.Lock()
-	s := w.getSlotLocked()
-	setWord(s.operand(), size, v)
-	var reply unsafe.Pointer
-	if fetch {
-		reply = s.reply()
-		setWord(reply, size, swap)
-	}
-	c := ep.c.Atomic(code, uintptr(size), s.operand(), reply, r.base+uint64(off), rkey.res.State.c)
-	var old uint64
-	if c.P == nil {
-		if fetch && c.St == 0 {
-			old = word(reply, size)
-		}
-		w.slots = append(w.slots, s) // UCX holds nothing of it
-	}
-	w.mu.Unlock()
-	if c.P == nil {
+	c, old, s := w.atomicOp(ep.c, code, size, v, swap, fetch, r.base+uint64(off), rkey.res.State.c)
+	if c.P == nil { // UCX holds nothing of the slot, which is free again
 		if c.St != 0 {
 			return Request{}, 0, nil, outcomeError(op, ucs.Status(c.St))
 		}

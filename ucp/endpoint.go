@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/errs"
@@ -119,32 +118,29 @@ type endpointState struct {
 	peerErr        bool // Endpoint.peerErr
 }
 
-// newEndpoint creates an endpoint; a non-empty handshakeHint marks one made
-// through a listener (see Endpoint.wiring), peerErr one with peer error
-// handling.
-func (w *Worker) newEndpoint(op, handshakeHint string, peerErr bool, create func() (cgo.Endpoint, cgo.Status)) (*Endpoint, error) {
+// newEndpoint creates an endpoint as how says; a non-empty handshakeHint
+// marks one made through a listener (see Endpoint.wiring). created says
+// whether UCX was asked, and so took the connection request, if any,
+// whatever it answered.
+func (w *Worker) newEndpoint(op, handshakeHint string, how endpointCreate) (ep *Endpoint, created bool, err error) {
 	if !w.enter() {
-		return nil, closedError(op)
+		return nil, false, closedError(op)
 	}
 	defer w.res.Exit()
-	w.mu.Lock()
-	c, st := create()
-	if st != 0 {
-		w.mu.Unlock()
+	peerErr := how.peerErr
+	ep = &Endpoint{w: w, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint, wiring: new(atomic.Bool), peerErr: peerErr}
+	ep.wiring.Store(handshakeHint != "")
+	if st := w.createEndpoint(ep, how); st != 0 {
 		e := &ucs.Error{Op: op, Err: ucs.Status(st)}
 		if ucs.Status(st) == ucs.ErrUnreachable && w.ctx.features&FeatureExportedMemh != 0 {
 			e.Reason = "the context has UCP_FEATURE_EXPORTED_MEMH, which forbids active-message emulation of RMA; no native RMA transport reaches the peer (create the context without it where no MD can export)"
 		}
-		return nil, e
+		return nil, true, e
 	}
-	ep := &Endpoint{w: w, c: c, failed: make(chan struct{}), id: endpointIDs.Add(1), handshakeHint: handshakeHint, wiring: new(atomic.Bool), peerErr: peerErr}
-	ep.wiring.Store(handshakeHint != "")
-	w.eps[c.Handle()] = weak.Make(ep)
-	w.mu.Unlock()
-	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: c, ops: new(opsInFlight), wiring: ep.wiring,
+	ep.res = handle.New(w.res, releaseEndpoint, endpointState{w: w, c: ep.c, ops: new(opsInFlight), wiring: ep.wiring,
 		flushThenForce: handshakeHint != "" && peerErr, peerErr: peerErr})
 	handle.Track(ep, ep.res)
-	return ep, nil
+	return ep, true, nil
 }
 
 // ConnectWorker creates an endpoint to the worker whose PackAddress is
@@ -174,9 +170,9 @@ func (w *Worker) ConnectWorker(addr WorkerAddress, opts ...EndpointOption) (*End
 	if err != nil {
 		return nil, err
 	}
-	padded := peerAddressCopy(raw)
 	o := endpointOpts(opts)
-	return w.newEndpoint(op, "", o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectWorker(padded, o.peerErr) })
+	ep, _, err := w.newEndpoint(op, "", endpointCreate{addr: peerAddressCopy(raw), peerErr: o.peerErr})
+	return ep, err
 }
 
 // Connect connects to a Listener at addr ("host:port") and returns the
@@ -202,7 +198,7 @@ func (w *Worker) Connect(ctx context.Context, addr string, opts ...EndpointOptio
 	}
 	o := endpointOpts(opts)
 	hint := fmt.Sprintf("the handshake with %s has not finished: the server there has not accepted the connection, or is not progressing its worker, or is not a UCX listener", ap)
-	ep, err := w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) { return w.c.ConnectSockaddr(ap, o.peerErr) })
+	ep, _, err := w.newEndpoint(op, hint, endpointCreate{sockaddr: ap, peerErr: o.peerErr})
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +219,7 @@ func (w *Worker) Connect(ctx context.Context, addr string, opts ...EndpointOptio
 }
 
 // checkFailed delivers an error the shim's handler recorded. Called with
-// the worker's mutex held.
+// the worker's lock held (progressRound).
 func (ep *Endpoint) checkFailed() {
 	if st := ucs.Status(ep.c.Error()); st != ucs.OK {
 		ep.failOnce.Do(func() {
@@ -274,9 +270,7 @@ func (ep *Endpoint) Flush(ctx context.Context) error {
 	if err := ep.enter(op); err != nil {
 		return err
 	}
-	ep.w.mu.Lock()
-	r := ep.c.Flush()
-	ep.w.mu.Unlock()
+	r := ep.w.flushEndpoint(ep.c)
 	ep.w.res.Ref() // the flush's, dropped by await
 	ep.res.Exit()
 	if err := ep.w.await(ctx, op, r, nil); err != nil {
@@ -392,11 +386,7 @@ func closeFlush(ctx context.Context, s *endpointState) error {
 // worker.
 func closeUCX(ctx context.Context, s *endpointState, force bool) (peer cgo.Status, err error) {
 	w := s.w
-	w.mu.Lock()
-	delete(w.eps, s.c.Handle())
-	force = force || s.c.Error() != 0
-	r := s.c.Close(force)
-	w.mu.Unlock()
+	r, force := w.closeEndpointUCX(s.c, force)
 	// The state lets go of the endpoint: a later use of s.c is a nil
 	// dereference, not a read of what Free releases. What runs once the
 	// close completes closes over a copy, not s: a close left to the
@@ -488,9 +478,7 @@ func peerGone(peer cgo.Status, lost int) error {
 // operations in flight (peerGone).
 func flushThenForce(ctx context.Context, s *endpointState, since uint64) error {
 	w := s.w
-	w.mu.Lock()
-	r := s.c.Flush()
-	w.mu.Unlock()
+	r := w.flushEndpoint(s.c)
 	w.res.Ref() // the flush's, dropped by await
 	err := w.await(ctx, closeFlushOp, r, nil)
 	if err == nil {
@@ -533,9 +521,7 @@ func flushThenForce(ctx context.Context, s *endpointState, since uint64) error {
 func waitHandshakeBeforeForce(ctx context.Context, s *endpointState) {
 	ctx, cancel := context.WithTimeout(ctx, forceCloseGrace)
 	defer cancel()
-	s.w.mu.Lock()
-	r := s.c.Flush()
-	s.w.mu.Unlock()
+	r := s.w.flushEndpoint(s.c)
 	s.w.res.Ref() // the flush's, dropped by await
 	if s.w.await(ctx, "ucp: close endpoint (handshake)", r, nil) == nil {
 		s.wiring.Store(false)
@@ -614,9 +600,7 @@ func (w *Worker) Listen(addr string) (*Listener, error) {
 		return nil, closedError(op)
 	}
 	defer w.res.Exit()
-	w.mu.Lock()
-	c, bound, st := w.c.Listen(ap, rejectAbortsLaterConnections())
-	w.mu.Unlock()
+	c, bound, st := w.listen(ap, rejectAbortsLaterConnections())
 	if ucs.Status(st) == ucs.ErrBusy {
 		return nil, errs.New(op, ucs.ErrBusy, "the address is in use")
 	}
@@ -648,10 +632,7 @@ type listenerState struct {
 // crashed (SIGSEGV in ucp_cm_server_conn_request_cb) in 9 of 20 runs on
 // 1.18.1, and on 1.16.0, 1.22.0 and 1.23.0~rc1.
 func releaseListener(s *listenerState) {
-	s.w.mu.Lock()
-	s.c.Close()
-	s.w.res.State.listeners = append(s.w.res.State.listeners, s.c)
-	s.w.mu.Unlock()
+	s.w.closeListener(s.c)
 }
 
 // Addr is the address the listener is bound to.
@@ -708,9 +689,7 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 		if !l.enter() {
 			return nil, closedError(op)
 		}
-		l.w.mu.Lock()
-		c, ok := l.c.Take()
-		l.w.mu.Unlock()
+		c, ok := l.w.takeConn(l.c)
 		if ok {
 			cr := &ConnRequest{l: l, c: c, from: c.ClientAddr()}
 			cr.res = handle.New(l.res, releaseConn, connState{w: l.w, l: l.c, c: c})
@@ -718,10 +697,15 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*ConnRequest, error) {
 			l.res.Exit()
 			return cr, nil
 		}
-		// The worker's Close ends the wait too: nothing progresses a closed
-		// worker for its listener, so no request would come.
-		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
+		// The wait holds a reference on the listener (and so its worker),
+		// not the listener entered: a handler it runs may close the
+		// listener, and a Close waits for what is entered. The worker's
+		// Close ends the wait too: nothing progresses a closed worker for
+		// its listener, so no request would come.
+		l.res.Ref()
 		l.res.Exit()
+		err := l.w.waitFor(ctx, waitReady{op: op, listener: l, endOnClose: true})
+		l.res.Release()
 		if err != nil {
 			var e *ucs.Error
 			if errors.As(err, &e) && e.Err == ucs.ErrTimedOut {
@@ -747,9 +731,7 @@ func releaseConn(s *connState) {
 	if s.taken {
 		return
 	}
-	s.w.mu.Lock()
-	s.l.Reject(s.c)
-	s.w.mu.Unlock()
+	s.w.rejectConn(s.l, s.c)
 }
 
 // Close stops accepting: the requests pending and any that come later are
@@ -801,12 +783,8 @@ func (cr *ConnRequest) Accept(opts ...EndpointOption) (*Endpoint, error) {
 		return nil, errAnswered(op)
 	}
 	o := endpointOpts(opts)
-	consumed := false
 	hint := fmt.Sprintf("the handshake with client %s has not finished: its worker is not being progressed", cr.from)
-	ep, err := cr.l.w.newEndpoint(op, hint, o.peerErr, func() (cgo.Endpoint, cgo.Status) {
-		consumed = true
-		return cr.l.w.c.Accept(cr.c, o.peerErr)
-	})
+	ep, consumed, err := cr.l.w.newEndpoint(op, hint, endpointCreate{conn: &cr.c, peerErr: o.peerErr})
 	if consumed {
 		cr.disarm()
 	} else {

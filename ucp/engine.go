@@ -1,41 +1,100 @@
 package ucp
 
 import (
-	"context"
-	"errors"
-	"runtime"
+	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
+	"weak"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/handle"
-	"github.com/ucxgo/ucx/ucs"
 )
 
-// pollTick bounds one sleep on the event fd.
-const pollTick = 50 * time.Millisecond
+// # The worker's lock, and the lock order of package ucp
+//
+// engine.ucx is a worker's lock. Every call into UCX on a worker (on it,
+// its endpoints, its listeners and the remote keys unpacked on them) is
+// made under it, and this file is the only one that takes it or makes those
+// calls: the rest of the package calls the functions below, each of which
+// takes the lock, makes one call (or one critical section that must be
+// atomic) and returns. Some calls need no lock and are made anywhere:
+// ucp_worker_signal (cgo Worker.Signal, which UCX makes thread-safe), the
+// free of an endpoint record UCX is done with (Endpoint.Free), and reads of
+// what the shim's callbacks record (Endpoint.Error, Endpoint.Handle,
+// Listener.Pending; Request.Done, Result and Tag). The calls on a context
+// (ucp_mem_map and ucp_mem_unmap, key and memory-handle packing, worker
+// creation) are not the worker's and take no lock of it.
+// lockorder_internal_test.go checks this on the package's source: the lock
+// named outside this file, a cgo Worker, Endpoint, Listener or Rkey method
+// that needs it called outside it, a function here that makes such a call
+// without taking the lock (unless named …Locked, its caller holding it, or
+// the worker's release), a …Locked function called from another file.
+//
+// The package's mutexes, outermost first. A goroutine that holds one takes
+// only those listed after it, and never two of one kind (two workers'
+// locks, two requests' locks) at once.
+//
+//  1. Worker.loopMu (region.go), the worker's loopback: held across the
+//     loopback endpoint's creation (PackAddress, ConnectWorker), so it
+//     takes peerAddressChecker.once and ucx.
+//  2. peerAddressChecker.once (address.go; a sync.Once holds its mutex
+//     while it runs): learns the worker's own address, so takes ucx.
+//  3. endpointReaders.mu (rkeyreader.go), an endpoint's key readers: held
+//     across the probe, so takes ucx (rkeyReader).
+//  4. request.mu (request.go), one operation's: takes ucx (release, cancel,
+//     abandon, beginDrain), drainer.mu (startDrain), opsInFlight.mu
+//     (finishLocked), and what finishing an operation releases
+//     (releaseHolds): pinners.mu, ucx (putSlot, a remote key's release),
+//     retiredMaps.mu (a mapping's release). Request.Detach calls
+//     ucp_worker_signal under it (lock-free).
+//  5. engine.ucx, the worker's: takes opsInFlight.mu (reapAbandonedLocked),
+//     drainer.mu (drainRound: the worker leaves the drainer under ucx, with
+//     its draining flag) and Endpoint.failOnce (checkFailed, in
+//     progressRound). Under it nothing is released (a release may take
+//     ucx again: progressRound and drainRound run what they reaped once
+//     they have let go of it), closed, or handed to user code.
+//  6. retiredMaps.mu (mem.go), a context's quarantine of closed mappings:
+//     calls ucp_mem_unmap (a context call) and takes liveImports.mu
+//     (liveImport.unmapped).
+//  7. liveImports.mu (imports.go), a context's live imports: held across a
+//     whole Import, ucp_mem_map (a context call) included.
+//  8. The leaves, which take no other lock and call no UCX: opsInFlight.mu
+//     (gets.go, an endpoint's operations in flight), drainer.mu (drain.go),
+//     AMQueue.mu (am.go), pinners.mu (rma.go), sleeper.pollMu (sleep.go:
+//     the worker is armed after it is let go), Endpoint.failOnce
+//     (endpoint.go).
+//
+// The sync.OnceValue(s) of the package (localMDs, rkeyLocalInfo,
+// probeReaders, noExporterHere, rejectAbortsLaterConnections, ...) probe
+// UCT or read the UCX release: they take none of these locks and call no
+// worker, so any of them may run under any lock above.
+//
+// Two rules complete the order. Active-message handlers (user code) run
+// with none of these mutexes held (dispatchPending, after the progress that
+// took the messages let go of ucx; Request.Test dispatches after letting go
+// of request.mu). And a handle's Close waits for the operations that
+// entered it (internal/handle: Enter never waits, Close does): no Close
+// runs under ucx or request.mu, and a wait that may run handlers holds no
+// handle entered but its worker's, whose Close from a handler finishes
+// after the wait (Worker.Close); AcceptRequest holds its listener by a
+// reference across its wait, not entered.
 
-// A wait progresses at least spinRounds times, and for the worker's spin,
-// before it arms the event fd and sleeps. It spins in chunks of spinChunk
-// progress calls made in C (one cgo crossing each), and looks at the
-// clock, its ctx and a Close between chunks.
-const (
-	spinRounds  = 64
-	spinChunk   = 16
-	yieldChunks = 4 // a spin yields the processor every yieldChunks chunks
-)
-
-// engine is one UCX worker's machinery: the worker, the mutex that
+// engine is one UCX worker's machinery: the worker, the lock that
 // serializes every UCX call on it, the sleep on its event fd, the requests
 // handed to it (abandoned), the rendezvous data it holds, and its drain.
 // It is the worker's Resource state and references no Worker, so that a
 // Worker garbage collected with requests in flight is drained and released
 // from its engine alone (the worker's cleanup does it).
+//
+// This file is the only one that takes the lock (ucx) and the only one
+// that calls the methods of the worker's cgo objects (cgo.Worker,
+// cgo.Endpoint, cgo.Listener, cgo.Rkey) that need it: each function below
+// takes the lock, makes one call, or one critical section that must be
+// atomic, and returns. The rest of the package calls these functions.
 type engine struct {
-	c  cgo.Worker
-	mu sync.Mutex // serializes every UCX call on the worker
+	c   cgo.Worker
+	ucx sync.Mutex // the worker's lock: serializes every UCX call on it (this file only)
 	sleeper
 
 	abandoned  []abandonedRequest          // requests whose waiters gave up; see abandonTo
@@ -43,9 +102,12 @@ type engine struct {
 	draining   bool                        // the drainer progresses the closed worker
 	listeners  []cgo.Listener              // closed listeners, destroyed with the worker (see releaseListener)
 	drainUntil time.Time                   // when the drainer gives up on it
-	slots      []*amoSlot                  // free atomic slots (atomic.go), under mu
+	slots      []*amoSlot                  // free atomic slots (atomic.go), under ucx
+	amHeader   []byte                      // a sent header's copy, reused under ucx (UCX copies it on send)
 }
 
+// releaseWorker is the worker's release: its last reference is gone, so
+// nothing else reaches the worker, and it takes no lock.
 func releaseWorker(e *engine) {
 	if e.efd != nil {
 		e.efd.Close()
@@ -56,18 +118,109 @@ func releaseWorker(e *engine) {
 	e.c.Destroy()
 }
 
-type abandonedRequest struct {
-	r     cgo.Request
-	ops   *opsInFlight // the endpoint's set it is in, left before the release
-	after func()
+// ---- Set-up (NewWorker, before the worker is shared) ----
+
+func (e *engine) eventFD() (int, cgo.Status) {
+	e.ucx.Lock()
+	fd, st := e.c.EventFD()
+	e.ucx.Unlock()
+	return fd, st
 }
 
-// reapAbandoned releases requests whose waiters gave up, once UCX is done
-// with them. Called with mu held; the caller runs the returned requests'
-// after functions and drops their worker references once it has unlocked.
-func (s *engine) reapAbandoned() (reaped []abandonedRequest) {
-	kept := s.abandoned[:0]
-	for _, a := range s.abandoned {
+func (e *engine) coverAMIDs() cgo.Status {
+	e.ucx.Lock()
+	st := e.c.CoverAMIDs()
+	e.ucx.Unlock()
+	return st
+}
+
+func (e *engine) queryMaxAMHeader() (int, cgo.Status) {
+	e.ucx.Lock()
+	n, st := e.c.MaxAMHeader()
+	e.ucx.Unlock()
+	return n, st
+}
+
+// ---- Progress ----
+
+// progressRound progresses the worker (up to rounds progress calls in one
+// crossing, see cgo Spin) and appends the active messages it brought to
+// amPending; dispatcher is true when the caller is to run them (no other
+// goroutine is dispatching). One critical section: the messages TakeAM
+// returns are views of C memory that the next progress frees, so they are
+// copied out (newAMMessage) and their reply endpoints resolved before the
+// lock is let go; endpoint failures are delivered, abandoned requests
+// reaped and completions noted in the same round.
+func (w *Worker) progressRound(req cgo.Request, rounds uint) (n int, dispatcher bool) {
+	e := w.engine
+	e.ucx.Lock()
+	n = int(e.c.Spin(req, max(rounds, 1)))
+	if ev := e.c.Events(); ev != w.seen {
+		w.seen = ev
+		// taken is the worker's, reused under the lock.
+		w.taken = e.c.TakeAM(w.taken[:0])
+		for i := range w.taken {
+			m := &w.taken[i]
+			if m.Rndv {
+				// Rendezvous data lives in the worker until received or
+				// dropped; the worker's Close or collection drops what is
+				// left (a queue nobody reads would keep it for good).
+				w.res.Ref()
+				e.rndv[m.DataDesc] = struct{}{}
+			}
+			msg := w.newAMMessage(m)
+			// Resolve the reply endpoint now, before a failure handled in
+			// this same round can close it.
+			if m.ReplyEP != nil {
+				msg.reply = w.eps[m.ReplyEP].Value()
+			}
+			w.amPending = append(w.amPending, msg)
+		}
+		clear(w.taken) // views of C memory the next spin frees
+		// Endpoint failures only when one was recorded: a message must not
+		// cost a look at every endpoint of the worker.
+		if epErrs := e.c.EndpointErrors(); epErrs != w.seenErrors {
+			w.seenErrors = epErrs
+			for _, wp := range w.eps {
+				if ep := wp.Value(); ep != nil {
+					ep.checkFailed()
+				}
+			}
+		}
+	}
+	var reaped []abandonedRequest
+	if len(e.abandoned) > 0 {
+		reaped = e.reapAbandonedLocked()
+	}
+	woke := n > 0
+	if c := e.c.Completions(); c != w.completed {
+		w.completed, woke = c, true
+	}
+	if len(w.amPending) > 0 && !w.dispatching {
+		w.dispatching, dispatcher = true, true
+	}
+	e.ucx.Unlock()
+	// Outside the lock: dropping what a reaped request held can release a
+	// remote key or an endpoint, whose release takes the lock.
+	for _, a := range reaped {
+		if a.after != nil {
+			a.after()
+		}
+		w.res.Release()
+	}
+	if woke && e.waiters.Load() > 0 {
+		e.c.Signal() // wake goroutines sleeping on the event fd to recheck
+	}
+	return n, dispatcher
+}
+
+// reapAbandonedLocked releases requests whose waiters gave up, once UCX is
+// done with them. The caller holds the lock; it runs the returned
+// requests' after functions and drops their worker references once it has
+// let go of it.
+func (e *engine) reapAbandonedLocked() (reaped []abandonedRequest) {
+	kept := e.abandoned[:0]
+	for _, a := range e.abandoned {
 		if !a.r.Done() {
 			kept = append(kept, a)
 			continue
@@ -75,252 +228,488 @@ func (s *engine) reapAbandoned() (reaped []abandonedRequest) {
 		if a.ops != nil {
 			a.ops.remove(a.r)
 		}
-		s.c.Release(a.r, false)
+		e.c.Release(a.r, false)
 		reaped = append(reaped, a)
 	}
-	clear(s.abandoned[len(kept):])
-	s.abandoned = kept
+	clear(e.abandoned[len(kept):])
+	e.abandoned = kept
 	return reaped
 }
 
-// abandonTo hands an in-flight request to its worker, which releases it
-// when UCX completes it; the request's worker reference moves with it. It
-// needs only the worker's state: a dropped request's cleanup calls it, and
-// its Worker may be gone. A closed worker is drained, so that nobody needs
-// to progress it.
-func abandonTo(res *handle.Resource[engine], r cgo.Request, ops *opsInFlight, after func()) {
-	s := &res.State
-	s.mu.Lock()
-	s.abandoned = append(s.abandoned, abandonedRequest{r, ops, after})
-	s.mu.Unlock()
-	startDrain(res)
+// arm arms the event fd (ucp_worker_arm); ucs.ErrBusy: events are pending.
+func (e *engine) arm() cgo.Status {
+	e.ucx.Lock()
+	st := e.c.Arm()
+	e.ucx.Unlock()
+	return st
 }
 
-// collectWorker is the cleanup of a Worker garbage collected without
-// Close: requests abandoned to it still hold the UCX worker, and nobody
-// progresses it any more, so it is drained as a closed worker is.
-func collectWorker(r *handle.Resource[engine]) {
-	if r.Closed() { // Close ran and drains: the Worker is unreachable, so nothing races this
-		return
+// signal wakes a sleeping wait (ucp_worker_signal; safe from any goroutine).
+func (e *engine) signal() {
+	e.ucx.Lock()
+	e.c.Signal()
+	e.ucx.Unlock()
+}
+
+// flush starts a flush of the worker.
+func (e *engine) flush() cgo.Request {
+	e.ucx.Lock()
+	r := e.c.Flush()
+	e.ucx.Unlock()
+	return r
+}
+
+// release frees a request UCX completed.
+func (e *engine) release(r cgo.Request) {
+	e.ucx.Lock()
+	e.c.Release(r, false)
+	e.ucx.Unlock()
+}
+
+// cancel asks UCX to end a request in flight (ucp_request_cancel).
+func (e *engine) cancel(r cgo.Request) {
+	e.ucx.Lock()
+	e.c.Cancel(r)
+	e.ucx.Unlock()
+}
+
+// counters are the shim's count of active messages it could not queue and
+// the requests abandoned to the worker now (Stats).
+func (e *engine) counters() (amDropped, abandoned int64) {
+	e.ucx.Lock()
+	amDropped, abandoned = int64(e.c.AMDropped()), int64(len(e.abandoned))
+	e.ucx.Unlock()
+	return amDropped, abandoned
+}
+
+// address is the worker's UCX address.
+func (e *engine) address() ([]byte, cgo.Status) {
+	e.ucx.Lock()
+	raw, st := e.c.Address()
+	e.ucx.Unlock()
+	return raw, st
+}
+
+// ---- Abandoned requests and the drain (drain.go) ----
+
+type abandonedRequest struct {
+	r     cgo.Request
+	ops   *opsInFlight // the endpoint's set it is in, left before the release
+	after func()
+}
+
+// abandon adds a to the requests the worker releases once UCX completes
+// them.
+func (e *engine) abandon(a abandonedRequest) {
+	e.ucx.Lock()
+	e.abandoned = append(e.abandoned, a)
+	e.ucx.Unlock()
+}
+
+// beginDrain marks a closed worker with abandoned requests as draining and
+// takes the drainer's reference: true if the caller is to hand it to the
+// drainer (it was not draining already).
+func beginDrain(r *handle.Resource[engine]) bool {
+	e := &r.State
+	e.ucx.Lock()
+	start := r.Closed() && !e.draining && len(e.abandoned) > 0
+	if start {
+		e.draining = true
+		e.drainUntil = time.Now().Add(drainTimeout)
+		r.Ref()
 	}
-	r.Ref() // keep the UCX worker for startDrain to look at
-	r.Collect()
-	dropRendezvous(r)
-	startDrain(r)
-	r.Release()
+	e.ucx.Unlock()
+	return start
 }
 
-// claimRendezvous takes the rendezvous data desc for its one receive or
-// drop: false if it was received, dropped, or dropped by the worker's
+// drainRound progresses a closed worker once and releases what completed;
+// done when nothing is left or it is past its deadline, and then it has
+// left the drainer (under the lock, with draining: a beginDrain after this
+// hands it to the drainer again). The caller runs the reaped requests'
+// after functions and drops their references, and the drainer's if done.
+func drainRound(r *handle.Resource[engine]) (reaped []abandonedRequest, done bool) {
+	e := &r.State
+	e.ucx.Lock()
+	e.c.Progress()
+	reaped = e.reapAbandonedLocked()
+	done = len(e.abandoned) == 0 || time.Now().After(e.drainUntil)
+	if done {
+		e.draining = false
+		drainerLeave(r)
+	}
+	e.ucx.Unlock()
+	return reaped, done
+}
+
+// ---- Rendezvous data ----
+
+// claimRendezvousLocked takes the rendezvous data desc for its one receive
+// or drop: false if it was received, dropped, or dropped by the worker's
 // close already.
-func (s *engine) claimRendezvous(desc unsafe.Pointer) bool {
-	if _, ok := s.rndv[desc]; !ok {
+func (e *engine) claimRendezvousLocked(desc unsafe.Pointer) bool {
+	if _, ok := e.rndv[desc]; !ok {
 		return false
 	}
-	delete(s.rndv, desc)
+	delete(e.rndv, desc)
 	return true
 }
 
-// dropRendezvous releases the rendezvous data nobody received of a closed
-// or collected worker, and the worker references it held: messages left in
-// an AMQueue, or kept by a handler, are not received after Close.
-func dropRendezvous(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	n := len(s.rndv)
-	for desc := range s.rndv {
-		s.c.AMDataRelease(desc)
+// recvRendezvous claims the rendezvous data desc and starts its receive
+// into n bytes at p (of memh, if set); false if it was claimed already.
+func (e *engine) recvRendezvous(desc, p unsafe.Pointer, n uintptr, memh cgo.MemHandle) (cgo.Request, bool) {
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	if !e.claimRendezvousLocked(desc) {
+		return cgo.Request{}, false
 	}
-	clear(s.rndv)
-	s.mu.Unlock()
-	for range n {
-		r.Release()
-	}
+	return e.c.AMRecvData(desc, p, n, memh), true
 }
 
-// startDrain hands a closed worker with abandoned requests to the
-// process's drainer, unless it has it. The caller holds a reference (the
-// UCX worker is alive); the drainer takes its own.
-func startDrain(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	start := r.Closed() && !s.draining && len(s.abandoned) > 0
-	if start {
-		s.draining = true
-		s.drainUntil = time.Now().Add(drainTimeout)
-		r.Ref()
+// releaseRendezvous claims the rendezvous data desc and releases it
+// unreceived; false if it was claimed already.
+func (e *engine) releaseRendezvous(desc unsafe.Pointer) bool {
+	e.ucx.Lock()
+	claimed := e.claimRendezvousLocked(desc)
+	if claimed {
+		e.c.AMDataRelease(desc)
 	}
-	s.mu.Unlock()
-	if !start {
-		return
-	}
-	drainer.mu.Lock()
-	drainer.workers[r] = struct{}{}
-	run := !drainer.running
-	drainer.running = true
-	drainer.mu.Unlock()
-	if run {
-		go drainAll()
-	}
+	e.ucx.Unlock()
+	return claimed
 }
 
-// drainTimeout bounds how long a closed worker is progressed for requests
-// abandoned to it.
-const drainTimeout = 30 * time.Second
+// releaseAllRendezvous releases every rendezvous data not yet claimed and
+// returns how many: the caller drops as many worker references.
+func (e *engine) releaseAllRendezvous() int {
+	e.ucx.Lock()
+	n := len(e.rndv)
+	for desc := range e.rndv {
+		e.c.AMDataRelease(desc)
+	}
+	clear(e.rndv)
+	e.ucx.Unlock()
+	return n
+}
 
-// drainPoll is how often the drainer progresses: it works from the workers'
-// state alone (a Worker may be collected), so it has no event-fd sleep.
-const drainPoll = time.Millisecond
+// ---- Active-message handlers and their dispatch (am.go) ----
 
-// drainer progresses closed workers until the requests abandoned to them
-// are done. After Close nobody else progresses a worker, yet UCX completes
-// requests (and endpoint closes) only in progress: without it a request
-// whose waiter gave up would keep the worker, its context and what the
-// request uses alive for good. A request that does not complete within
-// drainTimeout (its peer neither answers nor fails) stays with the worker,
-// which then stays too.
-//
-// One goroutine drains every worker of the process, so the releases that
-// follow (ucp_worker_destroy, then ucp_cleanup of the last worker's
-// context) run one at a time: a collection that left ~270 workers to as
-// many drain goroutines stalled a process up to 23 s, their threads
-// contending on UCX's global memory-event lock (UCX 1.18.1, shm).
-var drainer = struct {
-	mu      sync.Mutex
-	workers map[*handle.Resource[engine]]struct{}
-	running bool
-}{workers: map[*handle.Resource[engine]]struct{}{}}
-
-func drainAll() {
-	var batch []*handle.Resource[engine]
-	for {
-		drainer.mu.Lock()
-		if len(drainer.workers) == 0 {
-			drainer.running = false
-			drainer.mu.Unlock()
-			return
+// routeAM routes id to fn (q's push, for a queue): conflict is the
+// routing that refused it (a queue's, or any for a queue); st UCX's
+// refusal of a new id.
+func (w *Worker) routeAM(id AMID, fn AMHandler, q *AMQueue) (conflict *amHandler, st cgo.Status) {
+	e := w.engine
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	if h, ok := w.handlers[id]; ok {
+		if h.queue != nil || q != nil {
+			return h, 0
 		}
-		batch = batch[:0]
-		for r := range drainer.workers {
-			batch = append(batch, r)
-		}
-		drainer.mu.Unlock()
-		for _, r := range batch {
-			drainOnce(r)
-		}
-		clear(batch)
-		time.Sleep(drainPoll)
+		h.fn = fn // in place: dispatch reads it under the lock
+		return nil, 0
 	}
+	c, st := e.c.SetAMHandler(uint(id))
+	if st != 0 {
+		return nil, st
+	}
+	w.handlers[id] = &amHandler{fn: fn, c: c, queue: q}
+	return nil, 0
 }
 
-// drainOnce progresses one worker once and releases what completed; a
-// worker with nothing left (or past its deadline) leaves the drainer and
-// drops the drainer's reference, which may release it.
-func drainOnce(r *handle.Resource[engine]) {
-	s := &r.State
-	s.mu.Lock()
-	s.c.Progress()
-	reaped := s.reapAbandoned()
-	done := len(s.abandoned) == 0 || time.Now().After(s.drainUntil)
-	if done {
-		// Left with draining, under s.mu: a startDrain after this adds
-		// the worker again.
-		s.draining = false
-		drainer.mu.Lock()
-		delete(drainer.workers, r)
-		drainer.mu.Unlock()
+// unrouteAM removes id's routing if it is q's (a handler's for nil);
+// toQueue reports an id a handler's removal found routed to a queue.
+func (w *Worker) unrouteAM(id AMID, q *AMQueue) (toQueue bool) {
+	e := w.engine
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	h, ok := w.handlers[id]
+	if !ok || h.queue != q {
+		return ok && q == nil
 	}
-	s.mu.Unlock()
-	for _, a := range reaped {
-		if a.after != nil {
-			a.after()
+	e.c.ClearAMHandler(uint(id), h.c)
+	delete(w.handlers, id)
+	return false
+}
+
+// amHandlerFn is id's handler now, nil if none: read under the lock, since
+// SetAMHandler replaces it in place.
+func (w *Worker) amHandlerFn(id AMID) AMHandler {
+	e := w.engine
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	if h := w.handlers[id]; h != nil {
+		return h.fn
+	}
+	return nil
+}
+
+// nextPending is the dispatcher's next batch of messages, after done (the
+// batch it ran, nil at first) is given back for reuse; nil when none is
+// left, and then the caller is no longer the dispatcher: the look and the
+// hand-over are one critical section, so that a message a progress queues
+// meanwhile finds a dispatcher or makes one.
+func (w *Worker) nextPending(done []*AMMessage) []*AMMessage {
+	e := w.engine
+	e.ucx.Lock()
+	if done != nil {
+		clear(done)
+		if w.amSpare == nil {
+			w.amSpare = done[:0]
 		}
-		r.Release()
 	}
-	if done {
-		r.Release()
-	}
-}
-
-// waitReady says when a wait may end without progress, and names the
-// call waiting (op), for its errors.
-type waitReady struct {
-	op string
-	// endOnClose: the worker's Close ends the wait (Run, Wait, Accept,
-	// Receive: what they wait for cannot come after it). The other waits
-	// are for UCX operations, which a closed worker still completes.
-	endOnClose bool
-	// ctxWatched: the end of ctx already signals the worker (Run watches
-	// its ctx once for all its rounds), so a sleep need not watch it.
-	ctxWatched bool
-	req        cgo.Request  // P set: ready once it is done
-	gone       *atomic.Bool // set: ready once true (a Request detached by another copy)
-	gets       *opsInFlight // ready once none of its gets is pending in UCX
-	listener   *Listener    // ready once it has a connection request or its Close started
-	queue      *AMQueue     // ready once it has a message or is closed
-}
-
-func (r waitReady) ready() bool {
-	return (r.req.P != nil && r.req.Done()) || (r.gone != nil && r.gone.Load()) ||
-		(r.gets != nil && !r.gets.getsPending()) ||
-		(r.listener != nil && (r.listener.c.Pending() || r.listener.res.Closing())) ||
-		(r.queue != nil && r.queue.ready())
-}
-
-// waitFor progresses, and if nothing happened and ready is not true, arms
-// the event fd and sleeps until it fires or ctx is done. It allocates
-// nothing for a ctx without a Done channel: the guard timer, its callbacks
-// and the netpoller callback are the worker's, made once.
-func (w *Worker) waitFor(ctx context.Context, ready waitReady) error {
-	// Spin first: a short operation finishes without a system call, and the
-	// netpoller's wake-up costs tens of microseconds. After a sleep that saw
-	// no event the worker is idle: one round, no spin.
-	if w.idle.Load() {
-		if w.progress() > 0 || ready.ready() {
-			w.idle.Store(false)
-			return nil
-		}
+	msgs := w.amPending
+	if len(msgs) == 0 {
+		w.dispatching = false
 	} else {
-		spin := w.spin
-		// Chunks of spinChunk rounds, each one crossing; the clock, ctx and
-		// a Close are looked at between chunks.
-		start := time.Now()
-		for i := 1; i <= spinRounds/spinChunk || time.Since(start) < spin; i++ {
-			if w.spinOnce(ready.req, spinChunk) > 0 || ready.ready() {
-				return nil
-			}
-			if ctx.Err() != nil || w.res.Closing() {
-				break
-			}
-			if i%yieldChunks == 0 {
-				// Let other goroutines run: with one P a busy wait would
-				// otherwise keep the goroutine that progresses its peer (a
-				// Run in this process) off the CPU until preempted.
-				runtime.Gosched()
-			}
+		w.amPending, w.amSpare = w.amSpare, nil
+	}
+	e.ucx.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	return msgs
+}
+
+// requeuePending puts msgs back at the head of the queue, and the caller
+// is no longer the dispatcher: a dispatch a handler's panic ended.
+func (w *Worker) requeuePending(msgs []*AMMessage) {
+	e := w.engine
+	e.ucx.Lock()
+	w.amPending = append(msgs[:len(msgs):len(msgs)], w.amPending...)
+	w.dispatching = false
+	e.ucx.Unlock()
+}
+
+// isDispatching reports whether a goroutine runs handlers now.
+func (w *Worker) isDispatching() bool {
+	e := w.engine
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	return w.dispatching
+}
+
+// amSend sends an active message on ep: the header goes to C from the
+// engine's own buffer, copied under the lock (the caller's may lie in a
+// value that holds Go pointers, which the cgo pointer rules forbid
+// passing), and UCX copies it before ucp_am_send_nbx returns.
+func (e *engine) amSend(ep cgo.Endpoint, id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags) cgo.Request {
+	e.ucx.Lock()
+	e.amHeader = append(e.amHeader[:0], header...)
+	r := ep.AMSend(uint(id), e.amHeader, p, uintptr(n), memh, uint(flags))
+	e.ucx.Unlock()
+	return r
+}
+
+// ---- Endpoints, listeners, remote keys (endpoint.go, mem.go, rkeyreader.go) ----
+
+// endpointCreate says how to create an endpoint: to a worker address
+// (addr), to a listener (sockaddr), or from a connection request (conn).
+type endpointCreate struct {
+	addr     []byte // a peer worker's UCX address, padded (peerAddressCopy)
+	sockaddr netip.AddrPort
+	conn     *cgo.Conn
+	peerErr  bool
+}
+
+// createEndpoint creates ep's UCX endpoint and registers ep with the
+// worker, in one critical section: a progress between the two would miss
+// its failure and the messages that name it for a reply.
+func (w *Worker) createEndpoint(ep *Endpoint, how endpointCreate) cgo.Status {
+	e := w.engine
+	e.ucx.Lock()
+	defer e.ucx.Unlock()
+	var c cgo.Endpoint
+	var st cgo.Status
+	switch {
+	case how.conn != nil:
+		c, st = e.c.Accept(*how.conn, how.peerErr)
+	case how.addr != nil:
+		c, st = e.c.ConnectWorker(how.addr, how.peerErr)
+	default:
+		c, st = e.c.ConnectSockaddr(how.sockaddr, how.peerErr)
+	}
+	if st != 0 {
+		return st
+	}
+	ep.c = c
+	w.eps[c.Handle()] = weak.Make(ep)
+	return 0
+}
+
+// closeEndpointUCX unregisters c and starts its close, with force if asked
+// or if UCX reported it failed (forced then says so).
+func (w *Worker) closeEndpointUCX(c cgo.Endpoint, force bool) (r cgo.Request, forced bool) {
+	e := w.engine
+	e.ucx.Lock()
+	delete(w.eps, c.Handle())
+	forced = force || c.Error() != 0
+	r = c.Close(forced)
+	e.ucx.Unlock()
+	return r, forced
+}
+
+// flushEndpoint starts a flush of c.
+func (e *engine) flushEndpoint(c cgo.Endpoint) cgo.Request {
+	e.ucx.Lock()
+	r := c.Flush()
+	e.ucx.Unlock()
+	return r
+}
+
+// listen creates a listener on ap.
+func (e *engine) listen(ap netip.AddrPort, refuseByClosing bool) (cgo.Listener, netip.AddrPort, cgo.Status) {
+	e.ucx.Lock()
+	l, bound, st := e.c.Listen(ap, refuseByClosing)
+	e.ucx.Unlock()
+	return l, bound, st
+}
+
+// closeListener rejects what comes to l from now on, and keeps l for the
+// worker's release to destroy.
+func (e *engine) closeListener(l cgo.Listener) {
+	e.ucx.Lock()
+	l.Close()
+	e.listeners = append(e.listeners, l)
+	e.ucx.Unlock()
+}
+
+// takeConn pops l's next connection request.
+func (e *engine) takeConn(l cgo.Listener) (cgo.Conn, bool) {
+	e.ucx.Lock()
+	c, ok := l.Take()
+	e.ucx.Unlock()
+	return c, ok
+}
+
+// rejectConn rejects the connection request c of l.
+func (e *engine) rejectConn(l cgo.Listener, c cgo.Conn) {
+	e.ucx.Lock()
+	l.Reject(c)
+	e.ucx.Unlock()
+}
+
+// unpackRkey unpacks a remote key on ep.
+func (e *engine) unpackRkey(ep cgo.Endpoint, packed []byte) (cgo.Rkey, cgo.Status) {
+	e.ucx.Lock()
+	k, st := ep.UnpackRemoteKey(packed)
+	e.ucx.Unlock()
+	return k, st
+}
+
+// destroyRkey destroys k.
+func (e *engine) destroyRkey(k *cgo.Rkey) {
+	e.ucx.Lock()
+	k.Destroy()
+	e.ucx.Unlock()
+}
+
+// rkeyReader asks UCX which reader ep gives the probe key (rkeyreader.go).
+func (e *engine) rkeyReader(ep cgo.Endpoint, key []byte) (marker uint64, mapped bool, st cgo.Status) {
+	e.ucx.Lock()
+	marker, mapped, st = ep.RkeyReader(key)
+	e.ucx.Unlock()
+	return marker, mapped, st
+}
+
+// ---- The data path (rma.go, atomic.go, tag.go, stream.go) ----
+
+// rma starts a put (or a get) of n bytes at p on ep.
+func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey cgo.Rkey) cgo.Request {
+	e.ucx.Lock()
+	var r cgo.Request
+	if put {
+		r = ep.Put(p, uintptr(n), memh, raddr, rkey)
+	} else {
+		r = ep.Get(p, uintptr(n), memh, raddr, rkey)
+	}
+	e.ucx.Unlock()
+	return r
+}
+
+// atomicOp starts an atomic on ep with operand v (and swap for a
+// compare-and-swap, in the reply word) in a free slot: c.P nil, it
+// completed at once, the slot is free again and a fetch's old value is
+// old; in flight, the caller owns s until UCX is done with it (putSlot).
+func (e *engine) atomicOp(ep cgo.Endpoint, code uint, size int, v, swap uint64, fetch bool, raddr uint64, rkey cgo.Rkey) (c cgo.Request, old uint64, s *amoSlot) {
+	e.ucx.Lock()
+	s = e.getSlotLocked()
+	setWord(s.operand(), size, v)
+	var reply unsafe.Pointer
+	if fetch {
+		reply = s.reply()
+		setWord(reply, size, swap)
+	}
+	c = ep.Atomic(code, uintptr(size), s.operand(), reply, raddr, rkey)
+	if c.P == nil {
+		if fetch && c.St == 0 {
+			old = word(reply, size)
+		}
+		e.slots = append(e.slots, s) // UCX holds nothing of it
+		s = nil
+	}
+	e.ucx.Unlock()
+	return c, old, s
+}
+
+// getSlotLocked takes a free atomic slot; the caller holds the lock.
+func (e *engine) getSlotLocked() *amoSlot {
+	if len(e.slots) == 0 {
+		words := cgo.AllocWords(2 * amoChunk)
+		if words == nil {
+			panic("ucp: out of C memory for atomics")
+		}
+		for i := range amoChunk {
+			e.slots = append(e.slots, &amoSlot{unsafe.Add(words, 16*i)})
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(ready.name(), err)
-	}
-	if ready.endOnClose && w.res.Closing() {
-		return nil // Run and Wait: the worker's Close wakes them to end
-	}
-	return w.sleep(ctx, ready)
+	s := e.slots[len(e.slots)-1]
+	e.slots = e.slots[:len(e.slots)-1]
+	return s
 }
 
-func (r waitReady) name() string {
-	if r.op == "" {
-		return "ucp: wait on worker"
-	}
-	return r.op
+// putSlot gives s back to the free slots.
+func (e *engine) putSlot(s *amoSlot) {
+	e.ucx.Lock()
+	e.slots = append(e.slots, s)
+	e.ucx.Unlock()
 }
 
-// ctxError maps a context error to ErrTimedOut or ErrCanceled, keeping it.
-func ctxError(op string, err error) error {
-	st := ucs.ErrCanceled
-	if errors.Is(err, context.DeadlineExceeded) {
-		st = ucs.ErrTimedOut
-	}
-	return &ucs.Error{Op: op, Err: st, Wrapped: err}
+// tagSend starts a tagged send of n bytes at p on ep.
+func (e *engine) tagSend(ep cgo.Endpoint, tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle) cgo.Request {
+	e.ucx.Lock()
+	r := ep.TagSend(uint64(tag), p, uintptr(n), memh)
+	e.ucx.Unlock()
+	return r
+}
+
+// tagRecv posts a tagged receive into n bytes at p; one that completed at
+// once reports its length and the sender's tag.
+func (e *engine) tagRecv(p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle) (r cgo.Request, length, sender uint64) {
+	e.ucx.Lock()
+	r, length, sender = e.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
+	e.ucx.Unlock()
+	return r, length, sender
+}
+
+// tagProbe looks for a message matching tag under mask, taking nothing.
+func (e *engine) tagProbe(tag, mask Tag) (ok bool, length, sender uint64) {
+	e.ucx.Lock()
+	ok, length, sender = e.c.TagProbe(uint64(tag), uint64(mask))
+	e.ucx.Unlock()
+	return ok, length, sender
+}
+
+// streamSend starts a send of n bytes at p on ep's stream.
+func (e *engine) streamSend(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle) cgo.Request {
+	e.ucx.Lock()
+	r := ep.StreamSend(p, uintptr(n), memh)
+	e.ucx.Unlock()
+	return r
+}
+
+// streamRecv posts a receive into up to n bytes at p on ep's stream; one
+// that completed at once reports its length.
+func (e *engine) streamRecv(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle, waitAll bool) (cgo.Request, uint64) {
+	e.ucx.Lock()
+	r, length := ep.StreamRecv(p, uintptr(n), memh, waitAll)
+	e.ucx.Unlock()
+	return r, length
 }

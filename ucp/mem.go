@@ -458,9 +458,7 @@ type rkeyState struct {
 }
 
 func releaseRkey(s *rkeyState) {
-	s.w.State.mu.Lock()
-	s.c.Destroy()
-	s.w.State.mu.Unlock()
+	s.w.State.destroyRkey(&s.c)
 }
 
 func (rk *RemoteKey) collect() { rk.res.Collect() }
@@ -507,9 +505,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 	if err != nil {
 		return nil, err
 	}
-	ep.w.mu.Lock()
-	c, st := ep.c.UnpackRemoteKey(padded)
-	ep.w.mu.Unlock()
+	c, st := ep.w.unpackRkey(ep.c, padded)
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, explainRkeyRefusal(err, packed)
 	}

@@ -184,10 +184,7 @@ func (p *request) finishLocked() {
 	if fl.ops != nil {
 		fl.ops.remove(fl.c)
 	}
-	s := &fl.res.State
-	s.mu.Lock()
-	s.c.Release(fl.c, false)
-	s.mu.Unlock()
+	fl.res.State.release(fl.c)
 	fl.releaseHolds()
 	fl.res.Release()
 	p.fl = inflight{}
@@ -201,30 +198,45 @@ func (r Request) Test() (done bool, err error) {
 		return false, neverStarted("")
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gen != r.gen { // an earlier use, which completed without error
-		return true, nil
+	dispatch, done, err := p.testLocked(r.gen)
+	p.mu.Unlock()
+	if dispatch != nil {
+		// The messages the progress brought go to their handlers without
+		// p's lock: a handler may use this very request.
+		dispatch.dispatchPending()
+	}
+	return done, err
+}
+
+// testLocked is Test with p.mu held; dispatch is the worker whose handlers
+// the caller is to run once it has unlocked (its progress made it the
+// dispatcher).
+func (p *request) testLocked(gen uint32) (dispatch *Worker, done bool, err error) {
+	if p.gen != gen { // an earlier use, which completed without error
+		return nil, true, nil
 	}
 	if p.done {
-		return true, p.err
+		return nil, true, p.err
 	}
 	if p.gone.Load() {
-		return false, detachedError(p.op)
+		return nil, false, detachedError(p.op)
 	}
 	if !p.fl.c.Done() {
-		p.w.progress()
+		if _, dispatcher := p.w.progressRound(cgo.Request{}, 1); dispatcher {
+			dispatch = p.w
+		}
 		if !p.fl.c.Done() {
-			return false, nil
+			return dispatch, false, nil
 		}
 	}
 	if p.waiting > 0 { // a Wait reads the request and will release it
 		p.settleLocked()
-		return true, p.err
+		return dispatch, true, p.err
 	}
 	p.finishLocked()
 	err = p.err
 	p.recycleLocked()
-	return true, err
+	return dispatch, true, err
 }
 
 // settleLocked records the outcome of an operation UCX completed, which a
@@ -399,10 +411,7 @@ func (r Request) cancel() {
 	if p.gen != r.gen || p.done || !p.live || p.fl.c.Done() {
 		return
 	}
-	s := &p.fl.res.State
-	s.mu.Lock()
-	s.c.Cancel(p.fl.c)
-	s.mu.Unlock()
+	p.fl.res.State.cancel(p.fl.c)
 }
 
 // Length is the number of bytes an active-message receive (ReceiveInto)
@@ -441,9 +450,7 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 		}
 	}
 	st, _ := r.Result()
-	w.mu.Lock()
-	w.c.Release(r, false)
-	w.mu.Unlock()
+	w.release(r)
 	w.res.Release()
 	if after != nil {
 		after()

@@ -154,9 +154,7 @@ func (ep *Endpoint) probeReaders(mds uint64, kinds *[64]readerKind) error {
 		key = binary.LittleEndian.AppendUint64(key[:0], 1<<md)
 		key = append(key, byte(ucs.MemoryHost), byte(len(part)))
 		key = append(append(key, part...), wire.RkeySysDevNone, 0)
-		ep.w.mu.Lock()
-		marker, mapped, st := ep.c.RkeyReader(key)
-		ep.w.mu.Unlock()
+		marker, mapped, st := ep.w.rkeyReader(ep.c, key)
 		if err := errs.Status(ucs.Status(st), op); err != nil {
 			return &ucs.Error{Op: op, Err: err, Reason: fmt.Sprintf("asking UCX %s which reader it gives memory domain %d", ucs.LoadedVersion(), md)}
 		}

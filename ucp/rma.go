@@ -150,14 +150,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		// applies them to this one unchecked.
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
-	ep.w.mu.Lock()
-	var r cgo.Request
-	if put {
-		r = ep.c.Put(p, uintptr(n), memh, raddr, rkey.res.State.c)
-	} else {
-		r = ep.c.Get(p, uintptr(n), memh, raddr, rkey.res.State.c)
-	}
-	ep.w.mu.Unlock()
+	r := ep.w.rma(ep.c, put, p, n, memh, raddr, rkey.res.State.c)
 	req := newRequest(ep.w, r, op, pin, mem, rkey.res)
 	if r.P != nil {
 		req.p.fl.ops = ep.res.State.ops
@@ -208,14 +201,8 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 	if len(header) > ep.w.maxAMHeader {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a %d-byte header is over the %d bytes this worker's UCX sends in one (send the rest as data)", len(header), ep.w.maxAMHeader)
 	}
-	ep.w.mu.Lock()
-	// The header goes to C from the worker's own buffer: the caller's may
-	// lie in a value that holds Go pointers (a field of a struct, say),
-	// which the cgo pointer rules forbid passing, and UCX copies it before
-	// ucp_am_send_nbx returns.
-	ep.w.amHeader = append(ep.w.amHeader[:0], header...)
-	r := ep.c.AMSend(uint(id), ep.w.amHeader, p, uintptr(n), memh, uint(flags))
-	ep.w.mu.Unlock()
+	// The header goes to C from the worker's own buffer (amSend).
+	r := ep.w.amSend(ep.c, id, header, p, n, memh, flags)
 	req := newRequest(ep.w, r, op, pin, mem)
 	if r.P != nil {
 		req.p.fl.ops = ep.res.State.ops

@@ -45,7 +45,7 @@ type sleeper struct {
 // so a sleeping worker costs no thread and no CPU.
 func (e *engine) openEventFD() error {
 	const op = "ucp: worker event fd"
-	fd, st := e.c.EventFD()
+	fd, st := e.eventFD()
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return err
 	}
@@ -107,9 +107,7 @@ func (e *engine) sleep(ctx context.Context, ready waitReady) error {
 		s.pollMu.Unlock()
 	}()
 
-	e.mu.Lock()
-	st := ucs.Status(e.c.Arm())
-	e.mu.Unlock()
+	st := ucs.Status(e.arm())
 	if st == ucs.ErrBusy {
 		return nil
 	}

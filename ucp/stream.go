@@ -62,9 +62,7 @@ func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin 
 		// receiving process.
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a stream send needs at least one byte (UCX aborts the receiver on an empty one)")
 	}
-	ep.w.mu.Lock()
-	r := ep.c.StreamSend(p, uintptr(n), memh)
-	ep.w.mu.Unlock()
+	r := ep.w.streamSend(ep.c, p, n, memh)
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 
@@ -142,9 +140,7 @@ func (ep *Endpoint) startStreamRecv(op string, p unsafe.Pointer, n int, flags St
 		ep.res.Exit()
 		return cgo.Request{}, 0, errs.New(op, ucs.ErrInvalidParam, "a stream receive needs a buffer of at least one byte")
 	}
-	ep.w.mu.Lock()
-	r, length := ep.c.StreamRecv(p, uintptr(n), memh, flags&StreamWaitAll != 0)
-	ep.w.mu.Unlock()
+	r, length := ep.w.streamRecv(ep.c, p, n, memh, flags&StreamWaitAll != 0)
 	if r.P == nil {
 		ep.res.Exit()
 	}

@@ -59,9 +59,7 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 	if err := ep.w.checkTag(op); err != nil {
 		return Request{}, err
 	}
-	ep.w.mu.Lock()
-	r := ep.c.TagSend(uint64(tag), p, uintptr(n), memh)
-	ep.w.mu.Unlock()
+	r := ep.w.tagSend(ep.c, tag, p, n, memh)
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 
@@ -101,9 +99,7 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		}
 		return TagInfo{}, err
 	}
-	w.mu.Lock()
-	r, length, sender := w.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
-	w.mu.Unlock()
+	r, length, sender := w.tagRecv(p, n, tag, mask, memh)
 	if r.P == nil { // completed at once: the message was waiting
 		leaveMem(m)
 		w.res.Exit()
@@ -172,9 +168,7 @@ func (w *Worker) ProbeTag(tag, mask Tag) (TagInfo, bool, error) {
 	if err := w.checkTag(op); err != nil {
 		return TagInfo{}, false, err
 	}
-	w.mu.Lock()
-	ok, length, sender := w.c.TagProbe(uint64(tag), uint64(mask))
-	w.mu.Unlock()
+	ok, length, sender := w.tagProbe(tag, mask)
 	if !ok {
 		return TagInfo{}, false, nil
 	}

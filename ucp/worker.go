@@ -82,20 +82,20 @@ const DefaultSpin = 50 * time.Microsecond
 // Worker is a UCP worker: a progress engine with its endpoints, listeners
 // and active-message handlers.
 type Worker struct {
-	*engine // &res.State: the UCX worker, its lock and its sleeper
+	*engine // &res.State: the UCX worker, its lock and its sleeper (engine.go)
 	res     *handle.Resource[engine]
 	ctx     *Context
 	spin    time.Duration // WithSpin
 
-	// Progress bookkeeping, under mu.
+	// Progress bookkeeping, under the worker's lock (engine.ucx, taken in
+	// engine.go only).
 	seen       uint64                                    // shim events handled so far
 	seenErrors uint64                                    // shim endpoint failures handled so far
 	completed  uint64                                    // request completions seen so far
 	eps        map[unsafe.Pointer]weak.Pointer[Endpoint] // weak: a dropped endpoint is collected
 	published  string                                    // its expvar key (WithExpvarName), or ""
 	handlers   map[AMID]*amHandler
-	taken      []cgo.AMMessage // reused by progressLocked
-	amHeader   []byte          // a sent header's copy, reused under mu (UCX copies it on send)
+	taken      []cgo.AMMessage // reused by progressRound
 
 	// Active messages taken from the shim, in arrival order, for the one
 	// goroutine that runs handlers at a time (the dispatcher).
@@ -153,7 +153,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	// grown by one call marks its entries unfit for rendezvous, and the
 	// sender of one got an error).
 	if c.features&FeatureAM != 0 && ucs.LoadedVersion().Minor <= 20 {
-		if err := errs.Status(ucs.Status(cw.CoverAMIDs()), op); err != nil {
+		if err := errs.Status(ucs.Status(w.coverAMIDs()), op); err != nil {
 			w.res.Close()
 			return nil, err
 		}
@@ -161,7 +161,7 @@ func (c *Context) NewWorker(opts ...WorkerOption) (*Worker, error) {
 	if c.features&FeatureAM != 0 {
 		// Checked in Go: UCX checks it only when built with parameter
 		// checks, and answers a bare "Invalid parameter" when it does.
-		n, st := cw.MaxAMHeader()
+		n, st := w.queryMaxAMHeader()
 		if err := errs.Status(ucs.Status(st), op); err != nil {
 			w.res.Close()
 			return nil, err
@@ -200,10 +200,7 @@ func (w *Worker) Stats() Stats {
 	}
 	st := Stats{TickWakeups: int64(w.tickWakeups.Load())}
 	if w.enter() { // the shim's counter lives with the UCX worker
-		w.mu.Lock()
-		st.AMDropped = int64(w.c.AMDropped())
-		st.Abandoned = int64(len(w.abandoned))
-		w.mu.Unlock()
+		st.AMDropped, st.Abandoned = w.counters()
 		w.res.Exit()
 	}
 	return st
@@ -224,9 +221,7 @@ func (w *Worker) PackAddress() (WorkerAddress, error) {
 		return nil, closedError(op)
 	}
 	defer w.res.Exit()
-	w.mu.Lock()
-	raw, st := w.c.Address()
-	w.mu.Unlock()
+	raw, st := w.address()
 	if err := errs.Status(ucs.Status(st), op); err != nil {
 		return nil, err
 	}
@@ -242,7 +237,7 @@ func (w *Worker) Progress() (int, error) {
 	if !w.enter() {
 		return 0, closedError("ucp: progress worker")
 	}
-	n, dispatcher := w.progressLocked(cgo.Request{}, 1)
+	n, dispatcher := w.progressRound(cgo.Request{}, 1)
 	w.res.Exit()
 	if dispatcher {
 		w.dispatchPending()
@@ -257,76 +252,11 @@ func (w *Worker) progress() int { return w.spinOnce(cgo.Request{}, 1) }
 // then what every progress is followed by: messages dispatched,
 // completions noted, abandoned requests reaped.
 func (w *Worker) spinOnce(req cgo.Request, rounds uint) int {
-	n, dispatcher := w.progressLocked(req, rounds)
+	n, dispatcher := w.progressRound(req, rounds)
 	if dispatcher {
 		w.dispatchPending()
 	}
 	return n
-}
-
-// progressLocked progresses the worker and appends the active messages
-// it brought to amPending; dispatcher is true when the caller is to run
-// them (no other goroutine is dispatching).
-func (w *Worker) progressLocked(req cgo.Request, rounds uint) (n int, dispatcher bool) {
-	w.mu.Lock()
-	n = int(w.c.Spin(req, max(rounds, 1)))
-	if ev := w.c.Events(); ev != w.seen {
-		w.seen = ev
-		// taken is the worker's, reused under mu.
-		w.taken = w.c.TakeAM(w.taken[:0])
-		for i := range w.taken {
-			m := &w.taken[i]
-			if m.Rndv {
-				// Rendezvous data lives in the worker until received or
-				// dropped; the worker's Close or collection drops what is
-				// left (a queue nobody reads would keep it for good).
-				w.res.Ref()
-				w.res.State.rndv[m.DataDesc] = struct{}{}
-			}
-			msg := w.newAMMessage(m)
-			// Resolve the reply endpoint now, before a failure handled in
-			// this same round can close it.
-			if m.ReplyEP != nil {
-				msg.reply = w.eps[m.ReplyEP].Value()
-			}
-			w.amPending = append(w.amPending, msg)
-		}
-		clear(w.taken) // views of C memory the next spin frees
-		// Endpoint failures only when one was recorded: a message must not
-		// cost a look at every endpoint of the worker.
-		if e := w.c.EndpointErrors(); e != w.seenErrors {
-			w.seenErrors = e
-			for _, wp := range w.eps {
-				if ep := wp.Value(); ep != nil {
-					ep.checkFailed()
-				}
-			}
-		}
-	}
-	var reaped []abandonedRequest
-	if len(w.res.State.abandoned) > 0 {
-		reaped = w.res.State.reapAbandoned()
-	}
-	woke := n > 0
-	if c := w.c.Completions(); c != w.completed {
-		w.completed, woke = c, true
-	}
-	if len(w.amPending) > 0 && !w.dispatching {
-		w.dispatching, dispatcher = true, true
-	}
-	w.mu.Unlock()
-	// Outside mu: dropping what a reaped request held can release a remote
-	// key or an endpoint, whose release locks mu.
-	for _, a := range reaped {
-		if a.after != nil {
-			a.after()
-		}
-		w.res.Release()
-	}
-	if woke && w.waiters.Load() > 0 {
-		w.c.Signal() // wake goroutines sleeping on the event fd to recheck
-	}
-	return n, dispatcher
 }
 
 // Wait blocks until the worker has progressed something, or may have
@@ -392,19 +322,10 @@ func (w *Worker) Flush(ctx context.Context) error {
 	if !w.enter() {
 		return closedError(op)
 	}
-	w.mu.Lock()
-	r := w.c.Flush()
-	w.mu.Unlock()
+	r := w.flush()
 	w.res.Ref() // the flush's, dropped by await
 	w.res.Exit()
 	return w.await(ctx, op, r, nil)
-}
-
-// signal wakes a sleeping wait (ucp_worker_signal; safe from any goroutine).
-func (w *Worker) signal() {
-	w.mu.Lock()
-	w.c.Signal()
-	w.mu.Unlock()
 }
 
 // Close closes the worker; its UCX object goes when its endpoints,
@@ -434,9 +355,7 @@ func (w *Worker) Close() error {
 		counters.Unpublish(w.published, w)
 	}
 	w.closeLoopback()
-	w.mu.Lock()
-	inHandler := w.dispatching
-	w.mu.Unlock()
+	inHandler := w.isDispatching()
 	if inHandler {
 		// A handler may be the caller, run by a wait in flight on the
 		// worker (Run, say), which the close would wait for: mark the
