@@ -13,9 +13,8 @@ import (
 // WorkerAddress is a worker's packed address, for a peer's
 // Worker.ConnectWorker: UCX's address (ucp_worker_get_address) with a magic
 // before it and a CRC-32C after it. Send it as is. UCX's own address has no
-// length and no checksum, and UCX reads a damaged one without checking it:
-// one flipped bit of its header aborted the process (address.c, 1.18.1 and
-// 1.22.0), another crashed it inside ucp_ep_create, every release tried.
+// length and no checksum, and UCX reads a damaged one without checking it,
+// up to aborting or crashing the process (docs/behaviour.md).
 type WorkerAddress []byte
 
 // addressMagic starts every packed worker address, before its length.

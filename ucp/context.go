@@ -23,10 +23,11 @@ const (
 	FeatureWakeup Feature = 0x10
 	FeatureStream Feature = 0x20
 	FeatureAM     Feature = 0x40
-	// FeatureExportedMemh creates the per-peer import cache and, measured on
-	// UCX 1.18, forbids active-message emulation of RMA: on a machine whose
-	// only transports are self, tcp and shared memory, endpoints of such a
-	// context are UNREACHABLE. Request it only where export/import is used.
+	// FeatureExportedMemh creates the per-peer import cache and forbids
+	// active-message emulation of RMA: on a machine whose only transports
+	// are self, tcp and shared memory, endpoints of such a context are
+	// unreachable (ucs.ErrUnreachable). Request it only where export and
+	// import are used.
 	FeatureExportedMemh Feature = 0x80
 )
 

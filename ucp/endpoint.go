@@ -55,15 +55,11 @@ const (
 	// ucs.ErrConnectionReset either way.
 	CloseFlush CloseMode = iota
 	// CloseForce drops outstanding operations (they end with an error).
-	// It first waits, for up to 1 s (and within Close's ctx),
-	// for what UCX must finish before: the gets in flight on the endpoint
-	// (UCX 1.18.1 and 1.23.0~rc1 abort when the reply to an emulated get
-	// arrives after a force close: assertion on the worker's
-	// flush_ops_count, in ucp_get_rep_handler), and the handshake of an
-	// endpoint made through a listener that no flush has completed on
-	// (closed right after Connect, 9 runs in 60 of 200 connections aborted
-	// UCX 1.18.1's connection manager: tcp_sockcm_ep.c:416). What the grace
-	// does not finish is forced.
+	// It first waits, for up to 1 s (and within Close's ctx), for what UCX
+	// must finish before a force close or abort the process: the gets in
+	// flight on the endpoint, and the handshake of an endpoint made through
+	// a listener that no flush has completed on (docs/behaviour.md, "Known
+	// UCX issues met"). What the grace does not finish is forced.
 	CloseForce
 )
 

@@ -432,8 +432,7 @@ func (m *Mem) span(op string, off, n int) (unsafe.Pointer, error) {
 // (ucp_rkey_destroy touches no endpoint), so an endpoint's close never
 // waits for keys, and an operation in flight that holds a key cannot keep a
 // force-closed endpoint from ending it. UCX's documentation asks for keys
-// to be destroyed before their endpoint; the binding allows either order,
-// which the code of 1.18.1 and 1.22 supports.
+// to be destroyed before their endpoint; the binding allows either order.
 type RemoteKey struct {
 	// Its own allocation, not embedded: a request in flight holds it, and
 	// through an embedded one would hold the RemoteKey, its Endpoint and
@@ -468,12 +467,12 @@ func (rk *RemoteKey) collect() { rk.res.Collect() }
 // seen to finish (no Flush has completed on it), it first flushes the
 // endpoint, waiting within ctx: UCX binds a key to the endpoint's
 // configuration of the moment, and a key unpacked before wire-up changes
-// that configuration made UCX abort the process at the first put or get
-// (an assertion in proto_select.c, 13 of 18 runs on 1.18.1).
+// that configuration can make UCX abort the process at the first put or
+// get (docs/behaviour.md).
 //
 // The bytes are checked in Go before UCX reads them, and a part whose
 // shared-memory reader would fail to attach what it names is dropped (on
-// UCX 1.16 to 1.18 such a failure crashes UCX; the endpoint asks UCX which
+// some releases such a failure crashes UCX; the endpoint asks UCX which
 // reader each part meets, see "Not guaranteed" in docs/behaviour.md for the
 // machines where it cannot). A bare UCX key has no checksum, so damage
 // that still parses can point the key at other memory; keys from this

@@ -43,7 +43,7 @@ type RemoteRegion struct {
 // peer's mapping reaches whatever lies beyond it: over tcp the peer's UCX
 // serves it (it reads or writes other memory, or crashes), over shared
 // memory this process does the access itself, and may crash (SIGSEGV for
-// puts and atomics, an abort in process_vm_readv for gets; 1.16 to 1.22).
+// puts and atomics, an abort in process_vm_readv for gets).
 // Send a region with Mem.PackRegion where you can, and never take a base
 // and length from a peer you do not trust.
 func (rk *RemoteKey) Region(base uint64, length int) (RemoteRegion, error) {

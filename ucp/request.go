@@ -25,8 +25,8 @@ import (
 // collector finds it unreachable. Either way the worker releases it (and
 // what it holds: pinned buffers, the mapping and remote key it uses) once
 // UCX completes it. There is no Cancel: UCX cancels only tag receives
-// (ucp_request_cancel ignores every other request, UCX 1.16 to 1.22
-// sources), and Worker.RecvTag cancels its own when its ctx ends. A
+// (ucp_request_cancel ignores every other request), and Worker.RecvTag
+// cancels its own when its ctx ends. A
 // detached request holds its worker, not its endpoint: closing the
 // endpoint (or letting it be collected) ends what it has in flight. The
 // zero Request is not an
