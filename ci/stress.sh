@@ -76,7 +76,7 @@ done
 # handshake: three runs, those with rounds taking them for 5 s each.
 step "4b. share's containment and handshake: the tests that play the peer, three runs (rounds: 5 s)"
 quiet '^(---|ok)' env UCXGO_STRESS=5s "${race[@]}" -count=3 \
-	-run '^(TestContained.*|TestOffload.*|TestExporterSurvivesKilledReaders|TestNetworkCutWhileReading|TestImporterKilledMidTransfer|TestRelayRefused|TestImporterRefusesExporterWithoutSecret|TestTLSBindsTheProofs|TestHandshakeFloodBounded|TestHandshakesPerHostBounded|TestSessionsPerHostBounded|TestNoGrantBeforeProof|TestOtherVersionRefusedByVersion|TestBadFramesRefused)$' -v ./share
+	-run '^(TestContained.*|TestOffload.*|TestExporterSurvivesKilledReaders|TestNetworkCutWhileReading|TestImporterKilledMidTransfer|TestRelayRefused|TestImporterRefusesExporterWithoutSecret|TestTLSBindsTheProofs|TestHandshakeFloodBounded|TestHandshakesPerHostBounded|TestSessionsPerHostBounded|TestNoGrantBeforeProof|TestOtherVersionRefusedByVersion|TestBadFramesRefused|TestReviewHostile.*|TestAddDoesNotWaitForAStalledImporter)$' -v ./share
 
 targets=${FUZZ_TARGETS:?the Makefile passes its FUZZ_TARGETS}
 n=$(wc -w <<<"$targets")

@@ -337,10 +337,12 @@ func accessOf(p ucp.Prot) Access {
 // can reach them.
 //
 // Add returns once every session open at the call has been sent its grant
-// (to all of them at once: a slow importer delays no other). A session
-// whose grant is not sent when ctx ends (its importer does not read its
-// connection) is ended, as one that does not acknowledge a revocation is;
-// the region is shared all the same, and Add returns nil.
+// (to all of them at once: a slow importer delays no other), or once ctx
+// ends: the region is shared all the same, and a grant not sent by then
+// follows when that importer's connection drains (one that does not drain
+// within the ack timeout, WithAckTimeout, ends its session). A ctx ended
+// before the call shares nothing: the error wraps ucs.ErrCanceled or
+// ucs.ErrTimedOut.
 //
 // id is 1 to 255 bytes of UTF-8, m is open, and at most MaxRegions are
 // shared at once: otherwise the error wraps ucs.ErrInvalidParam,
@@ -358,6 +360,9 @@ func (e *Exporter) Add(ctx context.Context, id string, m *Memory, a Access) erro
 	}
 	if a != ReadOnly && a != WriteOnly && a != ReadWrite {
 		return errs.New(op, ucs.ErrInvalidParam, "access %d: give share.ReadOnly, share.WriteOnly or share.ReadWrite", uint8(a))
+	}
+	if err := ctxEnded(op, ctx); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -388,39 +393,39 @@ func (e *Exporter) Add(ctx context.Context, id string, m *Memory, a Access) erro
 }
 
 // grantAll grants r to each of sessions at once (a slow importer delays no
-// other) and returns those that got their grant. A session whose grant is
-// not sent when ctx ends (its importer does not read its connection, or its
-// data path does not answer) is ended, which fails its grant.
+// other) and returns those whose grant was sent, once every grant was sent
+// or ctx ended. A grant not sent by then goes on in the background: it
+// reaches its importer when its connection drains, and a connection that
+// does not drain within the ack timeout ends its session.
 func grantAll(ctx context.Context, sessions []*Session, r *region) (granted []*Session) {
 	type result struct {
 		s  *Session
 		ok bool
 	}
-	results := make(chan result, len(sessions))
+	results := make(chan result, len(sessions)) // never blocks a grant left behind
 	for _, s := range sessions {
 		go func() { results <- result{s, s.grantNew(r) == nil} }()
 	}
-	pending := map[*Session]bool{}
-	for _, s := range sessions {
-		pending[s] = true
-	}
-	done := ctx.Done()
-	for len(pending) > 0 {
+	for range sessions {
 		select {
 		case res := <-results:
-			delete(pending, res.s)
 			if res.ok {
 				granted = append(granted, res.s)
 			}
-		case <-done:
-			done = nil
-			cause := ctxCause(ctx)
-			for s := range pending {
-				go s.end(&ucs.Error{Op: "share: grant", Err: cause, Reason: "the importer did not take the grant within the call's ctx", Wrapped: ctx.Err()}, false)
-			}
+		case <-ctx.Done():
+			return granted
 		}
 	}
 	return granted
+}
+
+// ctxEnded is the error of a call whose ctx ended before it began (nil
+// while ctx is live): such a call does nothing.
+func ctxEnded(op string, ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return &ucs.Error{Op: op, Err: ctxCause(ctx), Reason: "the call's ctx had ended: nothing was done", Wrapped: ctx.Err()}
 }
 
 // ctxCause is the condition an ended ctx stands for: ucs.ErrCanceled when
@@ -438,7 +443,8 @@ func ctxCause(ctx context.Context) error {
 // sessions acknowledged; when ctx ends first, the grants not acknowledged
 // are unmapped without the acknowledgement (those importers' sessions go
 // on, without the region: a late access of theirs fails), the Revocation
-// names them as Forced and the error wraps ucs.ErrTimedOut.
+// names them as Forced and the error wraps ucs.ErrTimedOut
+// (ucs.ErrCanceled when ctx was canceled).
 func (e *Exporter) Remove(ctx context.Context, id string) (Revocation, error) {
 	e.mu.Lock()
 	r := e.regions[id]
@@ -469,10 +475,14 @@ func (e *Exporter) Remove(ctx context.Context, id string) (Revocation, error) {
 // as it moved over), then revokes what is left of the old one. It returns
 // once every old registration is unmapped; when ctx ends first, the old
 // registrations not acknowledged are unmapped without the
-// acknowledgement, as Remove does, and a session whose new grant is not
-// sent by then is ended (as Add ends it).
+// acknowledgement, as Remove does (a new grant not sent by then follows
+// as Add's do). A ctx ended before the call rotates nothing: the error
+// wraps ucs.ErrCanceled or ucs.ErrTimedOut.
 func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (Revocation, error) {
 	const op = "share: rotate"
+	if err := ctxEnded(op, ctx); err != nil {
+		return Revocation{}, err
+	}
 	e.mu.Lock()
 	r := e.regions[id]
 	sessions := e.sessionList()
@@ -488,20 +498,17 @@ func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (
 			holders = append(holders, s)
 		}
 	}
-	old := map[*Session][]*generation{}
-	for _, s := range grantAll(ctx, holders, r) { // a session not granted ended: its registrations are unmapped
-		old[s] = held[s]
-	}
+	grantAll(ctx, holders, r)
+	old := held // a session whose new grant failed ended: its old registrations are unmapped, and it is named as Ended
 	e.st.rotations.Add(1)
 	e.lg.log(slog.LevelInfo, "share: rotation", slog.String("region", id), slog.Int("sessions", len(old)), slog.Duration("grace", grace))
-	t := time.NewTimer(grace)
-	defer t.Stop()
+	graceCtx, cancel := context.WithTimeout(ctx, grace) // over for every generation at once
+	defer cancel()
 	for _, gens := range old {
 		for _, g := range gens {
 			select {
 			case <-g.gone:
-			case <-t.C:
-			case <-ctx.Done():
+			case <-graceCtx.Done():
 			}
 		}
 	}
@@ -517,8 +524,8 @@ func (e *Exporter) Rotate(ctx context.Context, id string, grace time.Duration) (
 // and its session ends once it acknowledged. It returns once no importer
 // can reach any region, saying which sessions acknowledged: when ctx ends
 // first, the sessions that did not are closed by force, named as Forced,
-// and the error wraps ucs.ErrTimedOut. Importers may open new sessions
-// afterwards.
+// and the error wraps ucs.ErrTimedOut (ucs.ErrCanceled when ctx was
+// canceled). Importers may open new sessions afterwards.
 func (e *Exporter) Revoke(ctx context.Context) (Revocation, error) {
 	e.mu.Lock()
 	sessions := e.sessionList()
@@ -571,11 +578,12 @@ func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*S
 	}
 	var all []revoked
 	for _, s := range sessions {
-		var gens []*generation
-		for _, g := range pick(s) {
-			if s.revokeGen(g, reason) {
-				gens = append(gens, g)
-			}
+		// Every generation picked counts, unmapped already or not: one the
+		// importer acknowledged before the revocation (a rotation's
+		// grace) names its session as acknowledged.
+		gens := pick(s)
+		for _, g := range gens {
+			s.revokeGen(g, reason)
 		}
 		if len(gens) > 0 {
 			all = append(all, revoked{s, gens})
@@ -611,7 +619,7 @@ func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*S
 		}
 	}
 	if len(rev.Forced) > 0 {
-		return rev, &ucs.Error{Op: op, Err: ucs.ErrTimedOut, Wrapped: ctx.Err(),
+		return rev, &ucs.Error{Op: op, Err: ctxCause(ctx), Wrapped: ctx.Err(),
 			Reason: fmt.Sprintf("%d importer(s) did not acknowledge in time; what they held was unmapped without their acknowledgement", len(rev.Forced))}
 	}
 	return rev, nil

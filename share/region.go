@@ -22,6 +22,25 @@ import (
 // grant without failing a call; a revocation fails every later call with
 // an error wrapping ErrRevoked, and calls never touch the exporter's
 // memory after the importer acknowledged it.
+//
+// The atomics (Add32, Add64, FetchAdd32, FetchAdd64, Swap32, Swap64,
+// CompareAndSwap32, CompareAndSwap64) change a word of the exporter's
+// memory (4 or 8 bytes, aligned: at an offset that is a multiple of its size) as
+// one, with respect to the exporter's own atomic operations on that memory
+// and to every other importer's. Add needs a writable grant (WriteOnly or
+// ReadWrite); the others return the word found and need ReadWrite: else
+// the error wraps ErrAccess. A word outside the region wraps
+// ucs.ErrOutOfRange, a misaligned offset ucs.ErrInvalidParam, a revoked
+// region ErrRevoked, a closed importer ErrClosed. In rkey mode the
+// exporter's data path performs each with a CPU atomic on its mapping of
+// the region, checking the grant, the bounds and the alignment again;
+// export mode has none yet (ucs.ErrUnsupported). A ctx ended before the
+// call performs nothing (the error wraps ucs.ErrCanceled or
+// ucs.ErrTimedOut); when it ends during the call, the call returns such an
+// error at once and the operation may yet be performed, before any
+// acknowledgement of the grant (a revocation waits for it): retrying then
+// may apply it twice. Each counts in ImporterStats: Atomics when it
+// succeeds, Errors when it fails.
 type Region struct {
 	imp    *Importer
 	id     string

@@ -86,7 +86,7 @@ func (s *Session) Err() error {
 // it acknowledged; other importers are not disturbed. It returns once the
 // importer cannot reach any region: when ctx ends first the session is
 // closed by force, the Revocation says Forced, and the error wraps
-// ucs.ErrTimedOut.
+// ucs.ErrTimedOut (ucs.ErrCanceled when ctx was canceled).
 func (s *Session) Revoke(ctx context.Context) (Revocation, error) {
 	rev, err := revokeAll(ctx, "share: revoke session", []*Session{s}, func(s *Session) []*generation { return s.gensOf("", 0) }, reasonRevoke, endByForce("share: revoke session"))
 	s.end(nil, true)

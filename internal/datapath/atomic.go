@@ -152,6 +152,7 @@ func (r atomicReq) apply(b []byte, length uint64, writable bool) (uint64, ucs.St
 func (c *child) onAtomic(m *ucp.AMMessage) {
 	ep := m.Reply()
 	req, ok := decodeAtomicReq(m.Header)
+	ok = ok && m.Len() == 0 && !m.IsRendezvous() // a request carries no data
 	c.mu.Lock()
 	if ep == nil || ep != c.bound || !ok {
 		c.mu.Unlock()
@@ -266,6 +267,14 @@ const atomicTimeout = 30 * time.Second
 // ended): before Atomic returns, or after, when ctx ended first.
 func (p *Proc) Atomic(ctx context.Context, gen uint64, op AtomicOp, size int, off int, operand, compare uint64, settled func()) (uint64, error) {
 	const name = "atomic"
+	if ctx.Err() != nil { // sent nothing: nothing is performed
+		settled()
+		st := ucs.ErrTimedOut
+		if ctx.Err() == context.Canceled {
+			st = ucs.ErrCanceled
+		}
+		return 0, &ucs.Error{Op: "data path: " + name, Err: st, Reason: "the call's ctx had ended: nothing was sent", Wrapped: ctx.Err()}
+	}
 	m := message{Op: name, Atomic: &atomicReq{Op: op, Size: uint8(size), Gen: gen, Off: uint64(off), Operand: operand, Compare: compare}}
 	ch := make(chan message, 1)
 	p.mu.Lock()
