@@ -425,16 +425,7 @@ func ctxEnded(op string, ctx context.Context) error {
 	if ctx.Err() == nil {
 		return nil
 	}
-	return &ucs.Error{Op: op, Err: ctxCause(ctx), Reason: "the call's ctx had ended: nothing was done", Wrapped: ctx.Err()}
-}
-
-// ctxCause is the condition an ended ctx stands for: ucs.ErrCanceled when
-// it was canceled, ucs.ErrTimedOut otherwise.
-func ctxCause(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return ucs.ErrCanceled
-	}
-	return ucs.ErrTimedOut
+	return errs.Ctx(op, ctx.Err(), "the call's ctx had ended: nothing was done")
 }
 
 // Remove stops sharing the region id (an unknown id is an error wrapping
@@ -619,8 +610,7 @@ func revokeAll(ctx context.Context, op string, sessions []*Session, pick func(*S
 		}
 	}
 	if len(rev.Forced) > 0 {
-		return rev, &ucs.Error{Op: op, Err: ctxCause(ctx), Wrapped: ctx.Err(),
-			Reason: fmt.Sprintf("%d importer(s) did not acknowledge in time; what they held was unmapped without their acknowledgement", len(rev.Forced))}
+		return rev, errs.Ctx(op, ctx.Err(), fmt.Sprintf("%d importer(s) did not acknowledge in time; what they held was unmapped without their acknowledgement", len(rev.Forced)))
 	}
 	return rev, nil
 }

@@ -799,11 +799,7 @@ func (imp *Importer) takeCall(ctx context.Context) (int, error) {
 	case s := <-imp.calls:
 		return s, nil
 	case <-ctx.Done():
-		cause := ucs.ErrTimedOut
-		if ctx.Err() == context.Canceled {
-			cause = ucs.ErrCanceled
-		}
-		return 0, &ucs.Error{Op: "share: transfer", Err: cause, Reason: "stopped before the first byte, waiting for a call slot", Wrapped: ctx.Err()}
+		return 0, errs.Ctx("share: transfer", ctx.Err(), "stopped before the first byte, waiting for a call slot")
 	}
 }
 

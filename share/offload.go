@@ -111,11 +111,7 @@ func offloaded[R inflight](imp *Importer, ctx context.Context, req R, release fu
 		waitInFlight(imp, ctx, req)
 		release()
 	}()
-	cause := ucs.ErrTimedOut
-	if ctx.Err() == context.Canceled {
-		cause = ucs.ErrCanceled
-	}
-	return &ucs.Error{Op: "share: offload", Err: cause, Reason: "the call's ctx ended with the operation in flight; it ends in the background, holding the offload area until then", Wrapped: ctx.Err()}
+	return errs.Ctx("share: offload", ctx.Err(), "the call's ctx ended with the operation in flight; it ends in the background, holding the offload area until then")
 }
 
 // wrapOff is an offload's error: the data path's as this package's.

@@ -376,13 +376,7 @@ func (q *AMQueue) Close() error {
 }
 
 // ctxError is the error of a call whose ctx ended first.
-func ctxError(op string, ce error) error {
-	cause := ucs.ErrTimedOut
-	if ce == context.Canceled {
-		cause = ucs.ErrCanceled
-	}
-	return &ucs.Error{Op: op, Err: cause, Wrapped: ce}
-}
+func ctxError(op string, ce error) error { return errs.Ctx(op, ce, "") }
 
 // closeLocal marks q closed (Receive returns), once: false after the
 // first.

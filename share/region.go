@@ -528,11 +528,7 @@ func (r *Region) moveDirect(ctx context.Context, p []byte, off int64, write bool
 // stopped is the error of a call whose ctx ended after done of total
 // bytes.
 func stopped(ce error, done, total int) error {
-	cause := ucs.ErrTimedOut
-	if ce == context.Canceled {
-		cause = ucs.ErrCanceled
-	}
-	return &ucs.Error{Op: "share: transfer", Err: cause, Reason: fmt.Sprintf("stopped after %d of %d bytes", done, total), Wrapped: ce}
+	return errs.Ctx("share: transfer", ce, fmt.Sprintf("stopped after %d of %d bytes", done, total))
 }
 
 // stagedMove is one chunk of moveStaged in flight: a read copies the slot

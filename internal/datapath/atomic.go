@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/ucp"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -269,24 +270,10 @@ func (p *Proc) Atomic(ctx context.Context, gen uint64, op AtomicOp, size int, of
 	const name = "atomic"
 	if ctx.Err() != nil { // sent nothing: nothing is performed
 		settled()
-		st := ucs.ErrTimedOut
-		if ctx.Err() == context.Canceled {
-			st = ucs.ErrCanceled
-		}
-		return 0, &ucs.Error{Op: "data path: " + name, Err: st, Reason: "the call's ctx had ended: nothing was sent", Wrapped: ctx.Err()}
+		return 0, errs.Ctx("data path: "+name, ctx.Err(), "the call's ctx had ended: nothing was sent")
 	}
 	m := message{Op: name, Atomic: &atomicReq{Op: op, Size: uint8(size), Gen: gen, Off: uint64(off), Operand: operand, Compare: compare}}
-	ch := make(chan message, 1)
-	p.mu.Lock()
-	p.seq++
-	m.Seq = p.seq
-	p.wait[m.Seq] = ch
-	p.mu.Unlock()
-	forget := func() {
-		p.mu.Lock()
-		delete(p.wait, m.Seq)
-		p.mu.Unlock()
-	}
+	ch, forget := p.expect(&m)
 	if err := p.send(m, nil); err != nil {
 		forget()
 		settled()
@@ -320,10 +307,6 @@ func (p *Proc) Atomic(ctx context.Context, gen uint64, op AtomicOp, size int, of
 			forget()
 			settled()
 		}()
-		st := ucs.ErrTimedOut
-		if ctx.Err() == context.Canceled {
-			st = ucs.ErrCanceled
-		}
-		return 0, &ucs.Error{Op: "data path: " + name, Err: st, Reason: "the call's ctx ended before the answer: the operation may yet be performed", Wrapped: ctx.Err()}
+		return 0, errs.Ctx("data path: "+name, ctx.Err(), "the call's ctx ended before the answer: the operation may yet be performed")
 	}
 }

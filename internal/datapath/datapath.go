@@ -548,19 +548,27 @@ func (p *Proc) kill() {
 	})
 }
 
-// call sends m and waits for its answer (of type want, or an error).
-func (p *Proc) call(ctx context.Context, m message, f *os.File, want string) (message, error) {
-	ch := make(chan message, 1)
+// expect numbers m and files a waiter for its answer: ch receives it, and
+// forget drops the waiter (an answer after that is a protocol error).
+func (p *Proc) expect(m *message) (ch chan message, forget func()) {
+	ch = make(chan message, 1)
 	p.mu.Lock()
 	p.seq++
 	m.Seq = p.seq
 	p.wait[m.Seq] = ch
 	p.mu.Unlock()
-	defer func() {
+	seq := m.Seq
+	return ch, func() {
 		p.mu.Lock()
-		delete(p.wait, m.Seq)
+		delete(p.wait, seq)
 		p.mu.Unlock()
-	}()
+	}
+}
+
+// call sends m and waits for its answer (of type want, or an error).
+func (p *Proc) call(ctx context.Context, m message, f *os.File, want string) (message, error) {
+	ch, forget := p.expect(&m)
+	defer forget()
 	if err := p.send(m, f); err != nil {
 		return message{}, err
 	}

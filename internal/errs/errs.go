@@ -3,6 +3,8 @@
 package errs
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ucxgo/ucx/ucs"
@@ -23,4 +25,15 @@ func New(op string, err error, reason string, args ...any) *ucs.Error {
 		reason = fmt.Sprintf(reason, args...)
 	}
 	return &ucs.Error{Op: op, Err: err, Reason: reason}
+}
+
+// Ctx is the error of op whose ctx ended (ctxErr, its Err): the cause is
+// ucs.ErrCanceled when it was canceled, ucs.ErrTimedOut otherwise, and
+// ctxErr is wrapped. reason may be empty.
+func Ctx(op string, ctxErr error, reason string) *ucs.Error {
+	cause := ucs.ErrTimedOut
+	if errors.Is(ctxErr, context.Canceled) {
+		cause = ucs.ErrCanceled
+	}
+	return &ucs.Error{Op: op, Err: cause, Reason: reason, Wrapped: ctxErr}
 }
