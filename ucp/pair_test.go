@@ -208,12 +208,27 @@ func (p *pair) build(ctx context.Context, c pairConfig) (err error) {
 	return nil
 }
 
-// close closes what build made, endpoints (forced) first.
+// close closes what build made, endpoints (forced) first, with both
+// workers progressed meanwhile: a force close first flushes an endpoint
+// whose handshake no flush has seen complete, which needs the peer's
+// progress (else it waits out CloseForce's 1 s grace).
 func (p *pair) close() {
+	var stops []func()
+	for _, w := range []struct {
+		w   *ucp.Worker
+		run *workerRun
+	}{{p.server, p.serverRun}, {p.client, p.clientRun}} {
+		if w.w != nil && w.run == nil {
+			stops = append(stops, progressWhile(w.w))
+		}
+	}
 	for _, ep := range []*ucp.Endpoint{p.sep, p.ep} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ep.Close(ctx, ucp.CloseForce)
 		cancel()
+	}
+	for _, stop := range stops {
+		stop()
 	}
 	p.listener.Close()
 	for _, r := range []*workerRun{p.clientRun, p.serverRun} {

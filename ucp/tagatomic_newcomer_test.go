@@ -53,9 +53,14 @@ func newHostDPU(t *testing.T, run bool, ctxOpts []ucp.ContextOption, clientEP, s
 	accepted := acceptOne(t, h.host, h.l, serverEP...)
 	h.ep, err = h.dpu.Connect(waitCtx(t), h.l.Addr().String(), clientEP...)
 	require.NoError(t, err)
-	t.Cleanup(func() { closeEP(t, h.ep) })
+	t.Cleanup(func() { closeEP(t, h.ep) }) // if accepted fails the test
 	h.hep = accepted()
-	t.Cleanup(func() { closeEP(t, h.hep) })
+	t.Cleanup(func() { // both sides progressed: a force close first flushes (CloseForce)
+		defer progressWhile(h.dpu)()
+		defer progressWhile(h.host)() // its Run, if any, was stopped by a later cleanup
+		closeEP(t, h.hep)
+		closeEP(t, h.ep)
+	})
 	if run {
 		r := startRun(h.host)
 		h.stopRun = func() { r.stop() }
