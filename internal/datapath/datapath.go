@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,7 +194,7 @@ func start(ctx context.Context, cfg Config, f *os.File, claims func([]byte) bool
 	p.cmd = &exec.Cmd{Path: "/proc/self/exe", Args: []string{"ucxshare-datapath"}, Env: childEnv(),
 		ExtraFiles: []*os.File{theirs}, Stderr: p.stderr,
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
-	err = p.cmd.Start()
+	err = spawn(p.cmd)
 	theirs.Close()
 	if err != nil {
 		p.conn.Close()
@@ -783,4 +784,36 @@ func (t *tail) lastLine() string {
 		return l
 	}
 	return ""
+}
+
+// spawn starts cmd from the spawner: one goroutine locked to its OS
+// thread for the life of the process. A data-path process gets SIGKILL
+// when its parent dies (Pdeathsig), and Linux sends it when the thread
+// that forked it ends, not the process: a child forked from a thread the
+// Go runtime later ends (as it ends the thread of a goroutine that exits
+// locked to it) would be killed with its parent alive. The spawner's
+// thread never ends.
+func spawn(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawner.reqs <- spawnReq{cmd, done}
+	return <-done
+}
+
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
 }

@@ -82,7 +82,8 @@ func (g goroutine) has(fn string) bool {
 
 // standard reports the goroutines the test framework and the standard
 // library keep for the life of the process: a test waiting for its
-// subtests or its turn to run in parallel, signal.Notify's loop, fuzzing.
+// subtests or its turn to run in parallel, signal.Notify's loop, fuzzing;
+// and ucx-go's own: the data paths' spawner (internal/datapath.spawn).
 func standard(g goroutine) bool {
 	switch {
 	case g.has("testing.RunTests"), g.has("testing.(*T).Run"), g.has("testing.(*T).Parallel"),
@@ -92,6 +93,8 @@ func standard(g goroutine) bool {
 		return true
 	case g.has("runtime.ReadTrace"), g.has("runtime/trace.Start"):
 		return true
+	case g.has("github.com/ucxgo/ucx/internal/datapath.spawn.func1.1"):
+		return true // the data paths' spawner, locked to its thread for the life of the process
 	}
 	return false
 }
