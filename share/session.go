@@ -367,10 +367,9 @@ func (s *Session) handshake() error {
 		dp, err := s.startDataPath(dctx)
 		cancel()
 		if err != nil {
-			why := "the exporter could not start the session's data path"
-			if errors.Is(err, ucs.ErrUnsupported) { // this side's UCX, not a fault: say why
-				why += ": " + err.Error()
-			}
+			// The importer proved the secret: it hears why (a process
+			// start's error names no secret).
+			why := "the exporter could not start the session's data path: " + err.Error()
 			s.refuse(&ucs.Error{Op: op, Err: ErrRefused, Reason: why})
 			return err
 		}
