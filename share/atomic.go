@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"errors"
 
 	"github.com/ucxgo/ucx/internal/datapath"
 	"github.com/ucxgo/ucx/internal/errs"
@@ -95,5 +96,10 @@ func (r *Region) atomicOnce(ctx context.Context, op string, kind datapath.Atomic
 		return 0, errs.New(op, ucs.ErrUnsupported, "atomics on a region are built for rkey mode only; this session runs in export mode")
 	}
 	v, err := r.imp.dp.Atomic(ctx, g.g.Gen, kind, size, off, operand, compare, func() { r.release(g) })
+	if errors.Is(err, ucs.ErrNoElem) {
+		// The exporter unmapped the generation (a removal or rotation
+		// whose ctx ended) before this side heard of its revocation.
+		return 0, &ucs.Error{Op: op, Err: ErrRevoked, Reason: "region " + r.id + " was revoked at the exporter", Wrapped: err}
+	}
 	return v, r.revokedDuring(op, err)
 }
