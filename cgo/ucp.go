@@ -119,13 +119,13 @@ func (w Worker) Address() ([]byte, Status) {
 }
 
 // Progress runs ucp_worker_progress once.
-func (w Worker) Progress() uint { return uint(C.ucxgo_worker_progress(w.p)) }
+func (w Worker) Progress() uint { return uint(C.ucxgo_worker_progress(w.h())) }
 
 // Spin progresses up to rounds times in one cgo call, ending early once req
 // (if started) is done or a callback queued work (Events changed). It
 // returns the sum of the rounds' counts.
 func (w Worker) Spin(req Request, rounds uint) uint {
-	return uint(C.ucxgo_worker_spin(w.p, req.P, C.unsigned(rounds)))
+	return uint(C.ucxgo_worker_spin(w.h(), req.h(), C.unsigned(rounds)))
 }
 
 // Events is bumped by every shim callback that queued work (a message, a
@@ -226,7 +226,7 @@ func (w Worker) TakeAM(out []AMMessage) []AMMessage {
 
 // AMRecvData receives rendezvous data into buf (or mapped memory).
 func (w Worker) AMRecvData(desc unsafe.Pointer, buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
-	return request(C.ucxgo_am_recv_data(w.p, desc, buf, C.size_t(n), memh.p))
+	return request(C.ucxgo_am_recv_data(w.h(), desc, buf, C.size_t(n), memh.h()))
 }
 
 // AMDataRelease drops rendezvous data that will not be received.
@@ -314,7 +314,7 @@ func (e Endpoint) Close(force bool) Request { return request(C.ucxgo_ep_close(e.
 func (e Endpoint) Free() { C.ucxgo_ep_free(e.p) }
 
 // Flush starts an endpoint flush.
-func (e Endpoint) Flush() Request { return request(C.ucxgo_ep_flush(e.p)) }
+func (e Endpoint) Flush() Request { return request(C.ucxgo_ep_flush(e.h())) }
 
 // MemHandle is a ucp_mem_h.
 type MemHandle struct{ p C.ucp_mem_h }
@@ -415,14 +415,26 @@ func NewMarkedSysvSegment(marker uint64) (SysvSegment, syscall.Errno) {
 // Detach detaches the segment (the kernel frees it at the last detach).
 func (s SysvSegment) Detach() { C.ucxgo_sysv_detach(s.addr) }
 
-// Put starts ucp_put_nbx of [buf, buf+n) to raddr.
-func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {
-	return request(C.ucxgo_put(e.p, buf, C.size_t(n), memh.p, C.uint64_t(raddr), rkey.p))
+// The handles as the data path's shims take them (ucp_shim.h): integers,
+// which cgo does not check for Go pointers (a check per pointer argument
+// costs about as much as the crossing); all are C memory.
+func (w Worker) h() C.uintptr_t    { return C.uintptr_t(uintptr(unsafe.Pointer(w.p))) }
+func (e Endpoint) h() C.uintptr_t  { return C.uintptr_t(uintptr(unsafe.Pointer(e.p))) }
+func (m MemHandle) h() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(m.p))) }
+func (r Rkey) h() C.uintptr_t      { return C.uintptr_t(uintptr(unsafe.Pointer(r.p))) }
+func (r Request) h() C.uintptr_t   { return C.uintptr_t(uintptr(r.P)) }
+
+// Put starts ucp_put_nbx of [buf, buf+n) to raddr. With imm, and on the
+// sends below, UCX completes the operation within the call or refuses it
+// with UCS_ERR_NO_RESOURCE having kept nothing of buf
+// (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL).
+func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey, imm bool) Request {
+	return request(C.ucxgo_put(e.h(), buf, C.size_t(n), memh.h(), C.uint64_t(raddr), rkey.h(), boolInt(imm)))
 }
 
 // Get starts ucp_get_nbx of n bytes at raddr into buf.
 func (e Endpoint) Get(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {
-	return request(C.ucxgo_get(e.p, buf, C.size_t(n), memh.p, C.uint64_t(raddr), rkey.p))
+	return request(C.ucxgo_get(e.h(), buf, C.size_t(n), memh.h(), C.uint64_t(raddr), rkey.h()))
 }
 
 // The atomic operations of ucp_atomic_op_nbx the binding uses.
@@ -441,18 +453,18 @@ func AllocWords(n int) unsafe.Pointer { return C.calloc(C.size_t(n), 8) }
 // Atomic starts ucp_atomic_op_nbx of one size-byte word at raddr; operand
 // and reply (nil for a post), C memory, must stay valid until it completes.
 func (e Endpoint) Atomic(op uint, size uintptr, operand, reply unsafe.Pointer, raddr uint64, rkey Rkey) Request {
-	return request(C.ucxgo_atomic(e.p, C.unsigned(op), C.unsigned(size), C.uintptr_t(uintptr(operand)), C.uintptr_t(uintptr(reply)), C.uint64_t(raddr), rkey.p))
+	return request(C.ucxgo_atomic(e.h(), C.unsigned(op), C.unsigned(size), C.uintptr_t(uintptr(operand)), C.uintptr_t(uintptr(reply)), C.uint64_t(raddr), rkey.h()))
 }
 
 // TagSend starts ucp_tag_send_nbx of n bytes at buf with tag.
-func (e Endpoint) TagSend(tag uint64, buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
-	return request(C.ucxgo_tag_send(e.p, C.uint64_t(tag), buf, C.size_t(n), memh.p))
+func (e Endpoint) TagSend(tag uint64, buf unsafe.Pointer, n uintptr, memh MemHandle, imm bool) Request {
+	return request(C.ucxgo_tag_send(e.h(), C.uint64_t(tag), buf, C.size_t(n), memh.h(), boolInt(imm)))
 }
 
 // TagRecv posts ucp_tag_recv_nbx into n bytes at buf; a receive that
 // completed at once reports its length and the sender's tag.
 func (w Worker) TagRecv(buf unsafe.Pointer, n uintptr, tag, mask uint64, memh MemHandle) (r Request, length, sender uint64) {
-	r = request(C.ucxgo_tag_recv(w.p, buf, C.size_t(n), C.uint64_t(tag), C.uint64_t(mask), memh.p))
+	r = request(C.ucxgo_tag_recv(w.h(), buf, C.size_t(n), C.uint64_t(tag), C.uint64_t(mask), memh.h()))
 	return r, uint64(w.p.imm_len), uint64(w.p.imm_tag)
 }
 
@@ -463,14 +475,14 @@ func (w Worker) TagProbe(tag, mask uint64) (ok bool, length, sender uint64) {
 }
 
 // StreamSend starts ucp_stream_send_nbx of n bytes at buf.
-func (e Endpoint) StreamSend(buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
-	return request(C.ucxgo_stream_send(e.p, buf, C.size_t(n), memh.p))
+func (e Endpoint) StreamSend(buf unsafe.Pointer, n uintptr, memh MemHandle, imm bool) Request {
+	return request(C.ucxgo_stream_send(e.h(), buf, C.size_t(n), memh.h(), boolInt(imm)))
 }
 
 // StreamRecv posts ucp_stream_recv_nbx into up to n bytes at buf (exactly
 // n with waitall); one that completed at once reports its length.
 func (e Endpoint) StreamRecv(buf unsafe.Pointer, n uintptr, memh MemHandle, waitall bool) (Request, uint64) {
-	r := request(C.ucxgo_stream_recv(e.p, buf, C.size_t(n), memh.p, boolInt(waitall)))
+	r := request(C.ucxgo_stream_recv(e.h(), buf, C.size_t(n), memh.h(), boolInt(waitall)))
 	return r, uint64(e.p.worker.imm_len)
 }
 
@@ -478,8 +490,8 @@ func (e Endpoint) StreamRecv(buf unsafe.Pointer, n uintptr, memh MemHandle, wait
 func (w Worker) Cancel(r Request) { C.ucxgo_request_cancel(w.p, r.P) }
 
 // AMSend starts ucp_am_send_nbx; the header is copied by UCX.
-func (e Endpoint) AMSend(id uint, header []byte, data unsafe.Pointer, n uintptr, memh MemHandle, flags uint) Request {
-	return request(C.ucxgo_am_send(e.p, C.unsigned(id), bytesPtr(header), C.size_t(len(header)), data, C.size_t(n), memh.p, C.unsigned(flags)))
+func (e Endpoint) AMSend(id uint, header []byte, data unsafe.Pointer, n uintptr, memh MemHandle, flags uint, imm bool) Request {
+	return request(C.ucxgo_am_send(e.h(), C.unsigned(id), bytesPtr(header), C.size_t(len(header)), data, C.size_t(n), memh.h(), C.unsigned(flags), boolInt(imm)))
 }
 
 // Request is the outcome of a non-blocking call: complete (P nil, St the
@@ -516,5 +528,5 @@ func (r Request) Tag() uint64 { return uint64((*C.ucxgo_req_t)(r.P).tag) }
 
 // Release frees the request, cancelling it first if cancel and not done.
 func (w Worker) Release(r Request, cancel bool) {
-	C.ucxgo_request_release(w.p, r.P, boolInt(cancel))
+	C.ucxgo_request_release(w.h(), r.h(), boolInt(cancel))
 }

@@ -72,6 +72,14 @@ static void ucxgo_request_param(ucp_request_param_t *param, ucxgo_worker_t *w,
     }
 }
 
+/* A send or put asked to complete within the call or be refused. */
+static void ucxgo_request_imm(ucp_request_param_t *param, int imm)
+{
+    if (imm) {
+        param->op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    }
+}
+
 void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
 {
     if (!__atomic_load_n(&((ucxgo_req_t *)request)->done, __ATOMIC_ACQUIRE)) {
@@ -79,18 +87,19 @@ void ucxgo_request_cancel(ucxgo_worker_t *w, void *request)
     }
 }
 
-void ucxgo_request_release(ucxgo_worker_t *w, void *request, int cancel)
+void ucxgo_request_release(uintptr_t wh, uintptr_t request, int cancel)
 {
-    ucxgo_req_t *req = request;
+    ucxgo_worker_t *w = (ucxgo_worker_t *)wh;
+    ucxgo_req_t *req  = (ucxgo_req_t *)request;
     if (cancel && !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
-        ucp_request_cancel(w->worker, request);
+        ucp_request_cancel(w->worker, req);
     }
     /* UCP reuses request memory; request_init runs only once per element. */
     req->done   = 0;
     req->status = 0;
     req->length = 0;
     req->tag    = 0;
-    ucp_request_free(request);
+    ucp_request_free(req);
 }
 
 /* ---- context ----------------------------------------------------------- */
@@ -242,8 +251,9 @@ ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
     return status;
 }
 
-unsigned ucxgo_worker_progress(ucxgo_worker_t *w)
+unsigned ucxgo_worker_progress(uintptr_t wh)
 {
+    ucxgo_worker_t *w = (ucxgo_worker_t *)wh;
     ucxgo_worker_free_spent(w);
     return ucp_worker_progress(w->worker);
 }
@@ -253,9 +263,11 @@ unsigned ucxgo_worker_progress(ucxgo_worker_t *w)
  * connection request, an endpoint error). Returns the sum of the calls'
  * counts: a stream of fragments is progressed without returning to Go.
  * It first frees the messages Go took and copied since the last one. */
-unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds)
+unsigned ucxgo_worker_spin(uintptr_t wh, uintptr_t rh, unsigned rounds)
 {
-    uint64_t events = w->events;
+    ucxgo_worker_t *w = (ucxgo_worker_t *)wh;
+    ucxgo_req_t *req  = (ucxgo_req_t *)rh;
+    uint64_t events   = w->events;
     unsigned n      = 0;
     unsigned i;
 
@@ -263,7 +275,7 @@ unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds)
     for (i = 0; i < rounds; ++i) {
         n += ucp_worker_progress(w->worker);
         if (((req != NULL) &&
-             __atomic_load_n(&((ucxgo_req_t *)req)->done, __ATOMIC_ACQUIRE)) ||
+             __atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) ||
             (w->events != events)) {
             break;
         }
@@ -416,25 +428,28 @@ ucs_status_t ucxgo_worker_cover_am_ids(ucxgo_worker_t *w)
     return UCS_OK;
 }
 
-ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
+ucs_status_ptr_t ucxgo_am_send(uintptr_t eh, unsigned id, const void *header,
                                size_t header_len, const void *data, size_t len,
-                               ucp_mem_h memh, unsigned flags)
+                               uintptr_t memh, unsigned flags, int imm)
 {
+    ucxgo_ep_t *ep = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
 
-    ucxgo_request_param(&param, ep->worker, memh);
+    ucxgo_request_param(&param, ep->worker, (ucp_mem_h)memh);
+    ucxgo_request_imm(&param, imm);
     /* The header is copied, so Go need not keep it alive. */
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     param.flags         = flags | UCP_AM_SEND_FLAG_COPY_HEADER;
     return ucp_am_send_nbx(ep->ep, id, header, header_len, data, len, &param);
 }
 
-ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
-                                    size_t len, ucp_mem_h memh)
+ucs_status_ptr_t ucxgo_am_recv_data(uintptr_t wh, void *desc, void *buf,
+                                    size_t len, uintptr_t memh)
 {
+    ucxgo_worker_t *w = (ucxgo_worker_t *)wh;
     ucp_request_param_t param;
 
-    ucxgo_request_param(&param, w, memh);
+    ucxgo_request_param(&param, w, (ucp_mem_h)memh);
     param.cb.recv_am = ucxgo_recv_am_cb;
     return ucp_am_recv_data_nbx(w->worker, desc, buf, len, &param);
 }
@@ -686,8 +701,9 @@ void ucxgo_ep_free(ucxgo_ep_t *e)
     free(e);
 }
 
-ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *e)
+ucs_status_ptr_t ucxgo_ep_flush(uintptr_t eh)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
 
     ucxgo_request_param(&param, e->worker, NULL);
@@ -867,40 +883,46 @@ void ucxgo_sysv_detach(void *addr)
 
 /* ---- RMA ---------------------------------------------------------------- */
 
-ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *e, const void *buf, size_t len,
-                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
+ucs_status_ptr_t ucxgo_put(uintptr_t eh, const void *buf, size_t len,
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey, int imm)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
-    ucxgo_request_param(&param, e->worker, memh);
-    return ucp_put_nbx(e->ep, buf, len, raddr, rkey, &param);
+    ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
+    ucxgo_request_imm(&param, imm);
+    return ucp_put_nbx(e->ep, buf, len, raddr, (ucp_rkey_h)rkey, &param);
 }
 
-ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *e, void *buf, size_t len,
-                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey)
+ucs_status_ptr_t ucxgo_get(uintptr_t eh, void *buf, size_t len,
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
-    ucxgo_request_param(&param, e->worker, memh);
-    return ucp_get_nbx(e->ep, buf, len, raddr, rkey, &param);
+    ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
+    return ucp_get_nbx(e->ep, buf, len, raddr, (ucp_rkey_h)rkey, &param);
 }
 
 /* ---- tag matching and streams ------------------------------------------ */
 
-ucs_status_ptr_t ucxgo_tag_send(ucxgo_ep_t *e, uint64_t tag, const void *buf,
-                                size_t len, ucp_mem_h memh)
+ucs_status_ptr_t ucxgo_tag_send(uintptr_t eh, uint64_t tag, const void *buf,
+                                size_t len, uintptr_t memh, int imm)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
-    ucxgo_request_param(&param, e->worker, memh);
+    ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
+    ucxgo_request_imm(&param, imm);
     return ucp_tag_send_nbx(e->ep, buf, len, tag, &param);
 }
 
-ucs_status_ptr_t ucxgo_tag_recv(ucxgo_worker_t *w, void *buf, size_t len,
-                                uint64_t tag, uint64_t mask, ucp_mem_h memh)
+ucs_status_ptr_t ucxgo_tag_recv(uintptr_t wh, void *buf, size_t len,
+                                uint64_t tag, uint64_t mask, uintptr_t memh)
 {
+    ucxgo_worker_t *w = (ucxgo_worker_t *)wh;
     ucp_request_param_t param;
     ucp_tag_recv_info_t info = {0};
     ucs_status_ptr_t r;
 
-    ucxgo_request_param(&param, w, memh);
+    ucxgo_request_param(&param, w, (ucp_mem_h)memh);
     param.cb.recv             = ucxgo_recv_tag_cb;
     param.op_attr_mask       |= UCP_OP_ATTR_FIELD_RECV_INFO;
     param.recv_info.tag_info  = &info;
@@ -921,22 +943,25 @@ int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask)
     return 1;
 }
 
-ucs_status_ptr_t ucxgo_stream_send(ucxgo_ep_t *e, const void *buf, size_t len,
-                                   ucp_mem_h memh)
+ucs_status_ptr_t ucxgo_stream_send(uintptr_t eh, const void *buf, size_t len,
+                                   uintptr_t memh, int imm)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
-    ucxgo_request_param(&param, e->worker, memh);
+    ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
+    ucxgo_request_imm(&param, imm);
     return ucp_stream_send_nbx(e->ep, buf, len, &param);
 }
 
-ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *e, void *buf, size_t len,
-                                   ucp_mem_h memh, int waitall)
+ucs_status_ptr_t ucxgo_stream_recv(uintptr_t eh, void *buf, size_t len,
+                                   uintptr_t memh, int waitall)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
     size_t n = 0;
     ucs_status_ptr_t r;
 
-    ucxgo_request_param(&param, e->worker, memh);
+    ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
     param.cb.recv_stream = ucxgo_recv_stream_cb;
     if (waitall) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -949,10 +974,11 @@ ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *e, void *buf, size_t len,
 
 /* No memh (UCX refuses one for atomics); NO_IMM_CMPL is not asked for, so
  * a post UCX packed at once completes at once. */
-ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *e, unsigned op, unsigned size,
+ucs_status_ptr_t ucxgo_atomic(uintptr_t eh, unsigned op, unsigned size,
                               uintptr_t operand, uintptr_t reply, uint64_t raddr,
-                              ucp_rkey_h rkey)
+                              uintptr_t rkey)
 {
+    ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
     ucxgo_request_param(&param, e->worker, NULL);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
@@ -962,5 +988,5 @@ ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *e, unsigned op, unsigned size,
         param.reply_buffer  = (void *)reply;
     }
     return ucp_atomic_op_nbx(e->ep, (ucp_atomic_op_t)op, (const void *)operand,
-                             1, raddr, rkey, &param);
+                             1, raddr, (ucp_rkey_h)rkey, &param);
 }

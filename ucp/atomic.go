@@ -139,7 +139,7 @@ func (r RemoteRegion) atomic(op string, code uint, off, size int, v, swap uint64
 	if err := r.check(op, off, size); err != nil {
 		return Request{}, 0, nil, err
 	}
-	if addr := r.base + uint64(off); addr%uint64(size) != 0 {
+	if addr := r.base + uint64(off); addr&uint64(size-1) != 0 { // size is 4 or 8
 		return Request{}, 0, nil, errs.New(op, ucs.ErrInvalidParam, "the %d-byte word at %#x (offset %d) is not aligned to its size", size, addr, off)
 	}
 	feature, name := FeatureAMO64, "FeatureAMO64"
@@ -160,23 +160,31 @@ func (r RemoteRegion) atomic(op string, code uint, off, size int, v, swap uint64
 	if !rkey.res.Enter() {
 		return Request{}, 0, nil, closedError(op)
 	}
-	defer rkey.res.Exit()
 	if err := ep.enter(op); err != nil {
+		rkey.res.Exit()
 		return Request{}, 0, nil, err
 	}
-	defer ep.res.Exit()
+	// Exits without defer: this function has more returns than the
+	// compiler open-codes defers for, and a deferred call cost as much as
+	// the cgo crossing's checks.
 	w := ep.w
 	c, old, s := w.atomicOp(ep.c, code, size, v, swap, fetch, r.base+uint64(off), rkey.res.State.c)
-	if c.P == nil { // UCX holds nothing of the slot, which is free again
-		if c.St != 0 {
-			return Request{}, 0, nil, outcomeError(op, ucs.Status(c.St))
-		}
-		return Request{p: completedOK}, old, nil, nil
+	var req Request
+	switch {
+	case c.P == nil && c.St != 0: // UCX holds nothing of the slot, which is free again
+		err := outcomeError(op, ucs.Status(c.St))
+		ep.res.Exit()
+		rkey.res.Exit()
+		return Request{}, 0, nil, err
+	case c.P == nil:
+		req = Request{p: completedOK}
+	default:
+		req = newRequest(w, c, op, nil, rkey.res)
+		if !fetch {
+			req.p.fl.slot, s = s, nil // back to the free slots when UCX is done with it
+		} // else the caller reads the reply, then frees the slot
 	}
-	req := newRequest(w, c, op, nil, rkey.res)
-	if fetch {
-		return req, 0, s, nil // the caller reads the reply, then frees the slot
-	}
-	req.p.fl.slot = s // back to the free slots when UCX is done with it
-	return req, 0, nil, nil
+	ep.res.Exit()
+	rkey.res.Exit()
+	return req, old, s, nil
 }

@@ -490,10 +490,10 @@ func (w *Worker) isDispatching() bool {
 // engine's own buffer, copied under the lock (the caller's may lie in a
 // value that holds Go pointers, which the cgo pointer rules forbid
 // passing), and UCX copies it before ucp_am_send_nbx returns.
-func (e *engine) amSend(ep cgo.Endpoint, id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags) cgo.Request {
+func (e *engine) amSend(ep cgo.Endpoint, id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, imm bool) cgo.Request {
 	e.ucx.Lock()
 	e.amHeader = append(e.amHeader[:0], header...)
-	r := ep.AMSend(uint(id), e.amHeader, p, uintptr(n), memh, uint(flags))
+	r := ep.AMSend(uint(id), e.amHeader, p, uintptr(n), memh, uint(flags), imm)
 	e.ucx.Unlock()
 	return r
 }
@@ -611,12 +611,12 @@ func (e *engine) rkeyReader(ep cgo.Endpoint, key []byte) (marker uint64, mapped 
 
 // ---- The data path (rma.go, atomic.go, tag.go, stream.go) ----
 
-// rma starts a put (or a get) of n bytes at p on ep.
-func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey cgo.Rkey) cgo.Request {
+// rma starts a put (or a get) of n bytes at p on ep; imm: see sendGo.
+func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey cgo.Rkey, imm bool) cgo.Request {
 	e.ucx.Lock()
 	var r cgo.Request
 	if put {
-		r = ep.Put(p, uintptr(n), memh, raddr, rkey)
+		r = ep.Put(p, uintptr(n), memh, raddr, rkey, imm)
 	} else {
 		r = ep.Get(p, uintptr(n), memh, raddr, rkey)
 	}
@@ -672,10 +672,10 @@ func (e *engine) putSlot(s *amoSlot) {
 	e.ucx.Unlock()
 }
 
-// tagSend starts a tagged send of n bytes at p on ep.
-func (e *engine) tagSend(ep cgo.Endpoint, tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle) cgo.Request {
+// tagSend starts a tagged send of n bytes at p on ep; imm: see sendGo.
+func (e *engine) tagSend(ep cgo.Endpoint, tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle, imm bool) cgo.Request {
 	e.ucx.Lock()
-	r := ep.TagSend(uint64(tag), p, uintptr(n), memh)
+	r := ep.TagSend(uint64(tag), p, uintptr(n), memh, imm)
 	e.ucx.Unlock()
 	return r
 }
@@ -697,10 +697,11 @@ func (e *engine) tagProbe(tag, mask Tag) (ok bool, length, sender uint64) {
 	return ok, length, sender
 }
 
-// streamSend starts a send of n bytes at p on ep's stream.
-func (e *engine) streamSend(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle) cgo.Request {
+// streamSend starts a send of n bytes at p on ep's stream; imm: see
+// sendGo.
+func (e *engine) streamSend(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle, imm bool) cgo.Request {
 	e.ucx.Lock()
-	r := ep.StreamSend(p, uintptr(n), memh)
+	r := ep.StreamSend(p, uintptr(n), memh, imm)
 	e.ucx.Unlock()
 	return r
 }

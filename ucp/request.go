@@ -43,8 +43,11 @@ type Request struct {
 // request is the state every copy of a Request shares, for an operation
 // that does not complete at once. A finalizer, not a cleanup, detaches it
 // when dropped: it needs the request itself, and a cleanup would cost an
-// allocation per operation. Nothing a request references refers back to
-// it, as finalizers require.
+// allocation per operation. It is set once, when the pool makes the
+// request, and stays for every use (on a request not in flight it does
+// nothing): setting and clearing it per operation cost more than the rest
+// of a tag receive's bookkeeping. Nothing a request references refers
+// back to it, as finalizers require.
 //
 // A request whose operation completed without error and without a length
 // is recycled (requestPool) for a later operation, so that the data path
@@ -90,7 +93,11 @@ var completedOK = &request{done: true}
 
 // requestPool holds requests whose operation completed without error and
 // whose copies may still be held: a copy tells its use by the generation.
-var requestPool = sync.Pool{New: func() any { return new(request) }}
+var requestPool = sync.Pool{New: func() any {
+	p := new(request)
+	handle.Finalize(p, detachDropped)
+	return p
+}}
 
 // recycleLocked returns p to the pool if its outcome is the one a Request
 // of an earlier use reports: done, no error, no length. Called with p.mu
@@ -124,7 +131,6 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 			p.fl.uses[i] = u
 		}
 	}
-	handle.Finalize(p, detachDropped)
 	return Request{p, p.gen}
 }
 
@@ -156,7 +162,8 @@ func (fl *inflight) releaseHolds() {
 	}
 }
 
-// detachDropped is the finalizer of a request dropped while in flight.
+// detachDropped is every pooled request's finalizer: it hands over one
+// dropped while in flight, and does nothing for the others.
 func detachDropped(p *request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -177,7 +184,6 @@ func neverStarted(op string) error {
 func (p *request) finishLocked() {
 	fl := &p.fl
 	p.live = false
-	handle.Unfinalize(p)
 	if !p.done { // settled once: a Wait or Test settles it while another Wait reads it
 		p.settleLocked() // before the release: the outcome lives in the UCX request
 	}
@@ -384,7 +390,6 @@ func (r Request) Detach() {
 func (p *request) handOverLocked() {
 	fl := p.fl
 	p.fl, p.live = inflight{}, false
-	handle.Unfinalize(p)
 	abandonTo(fl.res, fl.c, fl.ops, fl.releaseHolds)
 }
 

@@ -1,12 +1,13 @@
 package ucp
 
 import (
-	"github.com/ucxgo/ucx/internal/errs"
+	"errors"
 	"runtime"
 	"sync"
 	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
+	"github.com/ucxgo/ucx/internal/errs"
 	"github.com/ucxgo/ucx/internal/handle"
 	"github.com/ucxgo/ucx/ucs"
 )
@@ -15,7 +16,8 @@ import (
 // GetMem, SendAMMem, ReceiveIntoMem) pass the mapping's memh to UCX
 // (UCP_OP_ATTR_FIELD_MEMH, the only way to use imported memory locally) and
 // allocate nothing; the []byte forms pin the slice for the life of the
-// operation. RMA is reached through a RemoteRegion only (the remote
+// operation (a short send or put that UCX completes within the call is not
+// pinned: sendGo). RMA is reached through a RemoteRegion only (the remote
 // address and key travel together); the endpoint's raw calls below are the
 // layer under it.
 
@@ -117,20 +119,65 @@ func (ep *Endpoint) rmaMem(op string, put bool, r MemRange, raddr uint64, rkey *
 		return Request{}, err
 	}
 	defer r.m.res.Exit()
-	return ep.rma(op, put, p, r.n, r.m.res.State.h, raddr, rkey, nil, &r.m.res)
+	return ep.rma(op, put, p, r.n, r.m.res.State.h, raddr, rkey, nil, &r.m.res, false)
 }
 
-// rmaBytes is a put or get of b at raddr; b is pinned until it completes.
+// rmaBytes is a put or get of b at raddr; b is pinned until it completes
+// (a short put that UCX completes at once is not: see sendGo).
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	if !put {
+		p, pin := pinBytes(b)
+		req, err := ep.rma(op, false, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil, false)
+		if err != nil && pin != nil {
+			unpin(pin)
+		}
+		return req, err
+	}
+	return sendGo(b, func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error) {
+		return ep.rma(op, true, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil, imm)
+	})
+}
+
+// immMax is the longest Go buffer that a send or put first offers UCX to
+// complete within the call (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): UCX then
+// either copies it out before returning or refuses with
+// UCS_ERR_NO_RESOURCE having kept nothing of it (and made no request:
+// tag_send.c, stream_send.c, ucp_am.c and rma_send.c, 1.16 to 1.22), so the
+// buffer needs no pin. Pinning (a runtime record per buffer, set and
+// cleared) cost more than the rest of a short send. UCX completes within
+// the call what fits one short message: about 100 bytes on shared memory,
+// more on tcp; a refused buffer costs one more crossing, and is pinned and
+// sent again.
+const immMax = 1024
+
+// errNotImmediate is start's answer when UCX refused to complete an imm
+// operation within the call.
+var errNotImmediate = errors.New("ucp: not completed within the call")
+
+// sendGo starts an operation that reads the Go bytes b: a short b
+// unpinned with imm, then (refused so, or long) pinned until the
+// operation completes. start gets b's data, the pinner or nil, and imm.
+func sendGo(b []byte, start func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error)) (Request, error) {
+	if n := len(b); n > 0 && n <= immMax {
+		req, err := start(unsafe.Pointer(unsafe.SliceData(b)), nil, true)
+		if err != errNotImmediate {
+			return req, err
+		}
+	}
 	p, pin := pinBytes(b)
-	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
+	req, err := start(p, pin, false)
 	if err != nil && pin != nil {
 		unpin(pin)
 	}
 	return req, err
 }
 
-func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+// refusedImmediate reports whether r is UCX's refusal of an imm operation.
+func refusedImmediate(imm bool, r cgo.Request) bool {
+	return imm && r.P == nil && ucs.Status(r.St) == ucs.ErrNoResource
+}
+
+func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent, imm bool) (Request, error) {
 	if rkey == nil {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "nil remote key")
 	}
@@ -150,7 +197,10 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		// applies them to this one unchecked.
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
-	r := ep.w.rma(ep.c, put, p, n, memh, raddr, rkey.res.State.c)
+	r := ep.w.rma(ep.c, put, p, n, memh, raddr, rkey.res.State.c, imm)
+	if refusedImmediate(imm, r) {
+		return Request{}, errNotImmediate
+	}
 	req := newRequest(ep.w, r, op, pin, mem, rkey.res)
 	if r.P != nil {
 		req.p.fl.ops = ep.res.State.ops
@@ -170,12 +220,9 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 // whose request fails with ucs.ErrInvalidParam: UCX's answer on every
 // release.
 func (ep *Endpoint) SendAM(id AMID, header, data []byte, flags AMSendFlags) (Request, error) {
-	p, pin := pinBytes(data)
-	req, err := ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin, nil)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return sendGo(data, func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error) {
+		return ep.sendAM(id, header, p, len(data), cgo.MemHandle{}, flags, pin, nil, imm)
+	})
 }
 
 // SendAMMem sends an active message whose data is the range src.
@@ -186,10 +233,10 @@ func (ep *Endpoint) SendAMMem(id AMID, header []byte, src MemRange, flags AMSend
 		return Request{}, err
 	}
 	defer src.m.res.Exit()
-	return ep.sendAM(id, header, p, src.n, src.m.res.State.h, flags, nil, &src.m.res)
+	return ep.sendAM(id, header, p, src.n, src.m.res.State.h, flags, nil, &src.m.res, false)
 }
 
-func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh cgo.MemHandle, flags AMSendFlags, pin *runtime.Pinner, mem handle.Parent, imm bool) (Request, error) {
 	const op = "ucp: send active message"
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
@@ -202,7 +249,10 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a %d-byte header is over the %d bytes this worker's UCX sends in one (send the rest as data)", len(header), ep.w.maxAMHeader)
 	}
 	// The header goes to C from the worker's own buffer (amSend).
-	r := ep.w.amSend(ep.c, id, header, p, n, memh, flags)
+	r := ep.w.amSend(ep.c, id, header, p, n, memh, flags, imm)
+	if refusedImmediate(imm, r) {
+		return Request{}, errNotImmediate
+	}
 	req := newRequest(ep.w, r, op, pin, mem)
 	if r.P != nil {
 		req.p.fl.ops = ep.res.State.ops

@@ -31,12 +31,9 @@ func (w *Worker) checkTag(op string) error {
 // SendTag sends data with tag to the peer; data is pinned until the
 // request completes and must not change before it does.
 func (ep *Endpoint) SendTag(tag Tag, data []byte) (Request, error) {
-	p, pin := pinBytes(data)
-	req, err := ep.sendTag(tag, p, len(data), cgo.MemHandle{}, pin, nil)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return sendGo(data, func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error) {
+		return ep.sendTag(tag, p, len(data), cgo.MemHandle{}, pin, nil, imm)
+	})
 }
 
 // SendTagMem sends the range src with tag to the peer.
@@ -47,10 +44,10 @@ func (ep *Endpoint) SendTagMem(tag Tag, src MemRange) (Request, error) {
 		return Request{}, err
 	}
 	defer src.m.res.Exit()
-	return ep.sendTag(tag, p, src.n, src.m.res.State.h, nil, &src.m.res)
+	return ep.sendTag(tag, p, src.n, src.m.res.State.h, nil, &src.m.res, false)
 }
 
-func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
+func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent, imm bool) (Request, error) {
 	const op = "ucp: send tagged message"
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
@@ -59,7 +56,10 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 	if err := ep.w.checkTag(op); err != nil {
 		return Request{}, err
 	}
-	r := ep.w.tagSend(ep.c, tag, p, n, memh)
+	r := ep.w.tagSend(ep.c, tag, p, n, memh, imm)
+	if refusedImmediate(imm, r) {
+		return Request{}, errNotImmediate
+	}
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 

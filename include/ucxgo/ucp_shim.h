@@ -93,8 +93,13 @@ void ucxgo_worker_destroy(ucxgo_worker_t *w);
 ucs_status_t ucxgo_worker_max_am_header(ucxgo_worker_t *w, size_t *n);
 ucs_status_t ucxgo_worker_address(ucxgo_worker_t *w, void *buf, size_t cap,
                                   size_t *len);
-unsigned ucxgo_worker_progress(ucxgo_worker_t *w);
-unsigned ucxgo_worker_spin(ucxgo_worker_t *w, void *req, unsigned rounds);
+/* The calls Go makes per operation (progress, spin, the data path below)
+ * take the worker, endpoint, memory handle, remote key and request as
+ * uintptr_t: cgo checks every pointer argument for Go pointers, at about
+ * the cost of the crossing itself, and these are C memory. Buffers, which
+ * may be Go memory, stay pointers and are checked. */
+unsigned ucxgo_worker_progress(uintptr_t w);
+unsigned ucxgo_worker_spin(uintptr_t w, uintptr_t req, unsigned rounds);
 ucs_status_t ucxgo_worker_efd(ucxgo_worker_t *w, int *fd);
 ucs_status_t ucxgo_worker_arm(ucxgo_worker_t *w);
 ucs_status_t ucxgo_worker_signal(ucxgo_worker_t *w);
@@ -128,7 +133,7 @@ ucs_status_t ucxgo_ep_create_conn(ucxgo_worker_t *w, ucxgo_conn_t *c,
                                   int err_mode_peer, ucxgo_ep_t **ep_p);
 ucs_status_ptr_t ucxgo_ep_close(ucxgo_ep_t *ep, int force);
 void ucxgo_ep_free(ucxgo_ep_t *ep);
-ucs_status_ptr_t ucxgo_ep_flush(ucxgo_ep_t *ep);
+ucs_status_ptr_t ucxgo_ep_flush(uintptr_t ep);
 
 /* memory */
 /* handle: the memh; address and length: the mapped range */
@@ -157,44 +162,49 @@ ucs_status_t ucxgo_ep_rkey_reader(ucxgo_ep_t *ep, const void *buf, size_t len,
 int ucxgo_sysv_marked_segment(uint64_t marker, void **addr);
 void ucxgo_sysv_detach(void *addr);
 
-/* data path: NULL (done), an error pointer, or a request (ucxgo_req_t) */
-ucs_status_ptr_t ucxgo_put(ucxgo_ep_t *ep, const void *buf, size_t len,
-                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
-ucs_status_ptr_t ucxgo_get(ucxgo_ep_t *ep, void *buf, size_t len,
-                           ucp_mem_h memh, uint64_t raddr, ucp_rkey_h rkey);
+/* data path: NULL (done), an error pointer, or a request (ucxgo_req_t).
+ * imm (sends and puts) asks UCX to complete within the call or refuse with
+ * UCS_ERR_NO_RESOURCE having kept nothing (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL):
+ * Go then passes its buffer unpinned. */
+ucs_status_ptr_t ucxgo_put(uintptr_t ep, const void *buf, size_t len,
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey,
+                           int imm);
+ucs_status_ptr_t ucxgo_get(uintptr_t ep, void *buf, size_t len,
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey);
 /* ucp_atomic_op_nbx of one size-byte word (4 or 8) at raddr: operand is the
  * value (the compare value for CSWAP), reply, if not 0, receives the old
  * value (for CSWAP it holds the swap value in). Both are C memory, passed
  * as integers (Go's cgo pointer check has nothing to check in them), and
  * stay valid until the request completes: UCX may read and write them
  * until then. */
-ucs_status_ptr_t ucxgo_atomic(ucxgo_ep_t *ep, unsigned op, unsigned size,
+ucs_status_ptr_t ucxgo_atomic(uintptr_t ep, unsigned op, unsigned size,
                               uintptr_t operand, uintptr_t reply, uint64_t raddr,
-                              ucp_rkey_h rkey);
+                              uintptr_t rkey);
 /* Tag matching: a send of len bytes with tag; a receive of a message
  * whose tag matches tag under mask into buf. A receive that completes at
  * once (the message was waiting, eager) sets w->imm_len and w->imm_tag. */
-ucs_status_ptr_t ucxgo_tag_send(ucxgo_ep_t *ep, uint64_t tag, const void *buf,
-                                size_t len, ucp_mem_h memh);
-ucs_status_ptr_t ucxgo_tag_recv(ucxgo_worker_t *w, void *buf, size_t len,
-                                uint64_t tag, uint64_t mask, ucp_mem_h memh);
+ucs_status_ptr_t ucxgo_tag_send(uintptr_t ep, uint64_t tag, const void *buf,
+                                size_t len, uintptr_t memh, int imm);
+ucs_status_ptr_t ucxgo_tag_recv(uintptr_t w, void *buf, size_t len,
+                                uint64_t tag, uint64_t mask, uintptr_t memh);
 /* A non-removing probe: 1 (w->imm_len and imm_tag set) if a message
  * matching tag under mask has arrived, else 0. */
 int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask);
 /* Streams: a send; a receive of up to len bytes (all of them with
  * waitall), w->imm_len set when it completes at once. */
-ucs_status_ptr_t ucxgo_stream_send(ucxgo_ep_t *ep, const void *buf, size_t len,
-                                   ucp_mem_h memh);
-ucs_status_ptr_t ucxgo_stream_recv(ucxgo_ep_t *ep, void *buf, size_t len,
-                                   ucp_mem_h memh, int waitall);
+ucs_status_ptr_t ucxgo_stream_send(uintptr_t ep, const void *buf, size_t len,
+                                   uintptr_t memh, int imm);
+ucs_status_ptr_t ucxgo_stream_recv(uintptr_t ep, void *buf, size_t len,
+                                   uintptr_t memh, int waitall);
 /* ucp_request_cancel of a request in flight. */
 void ucxgo_request_cancel(ucxgo_worker_t *w, void *request);
-ucs_status_ptr_t ucxgo_am_send(ucxgo_ep_t *ep, unsigned id, const void *header,
+ucs_status_ptr_t ucxgo_am_send(uintptr_t ep, unsigned id, const void *header,
                                size_t header_len, const void *data,
-                               size_t len, ucp_mem_h memh, unsigned flags);
-ucs_status_ptr_t ucxgo_am_recv_data(ucxgo_worker_t *w, void *desc, void *buf,
-                                    size_t len, ucp_mem_h memh);
+                               size_t len, uintptr_t memh, unsigned flags,
+                               int imm);
+ucs_status_ptr_t ucxgo_am_recv_data(uintptr_t w, void *desc, void *buf,
+                                    size_t len, uintptr_t memh);
 void ucxgo_am_data_release(ucxgo_worker_t *w, void *desc);
-void ucxgo_request_release(ucxgo_worker_t *w, void *req, int cancel);
+void ucxgo_request_release(uintptr_t w, uintptr_t req, int cancel);
 
 #endif
