@@ -424,12 +424,9 @@ func (m MemHandle) h() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(m
 func (r Rkey) h() C.uintptr_t      { return C.uintptr_t(uintptr(unsafe.Pointer(r.p))) }
 func (r Request) h() C.uintptr_t   { return C.uintptr_t(uintptr(r.P)) }
 
-// Put starts ucp_put_nbx of [buf, buf+n) to raddr. With imm, and on the
-// sends below, UCX completes the operation within the call or refuses it
-// with UCS_ERR_NO_RESOURCE having kept nothing of buf
-// (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL).
-func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey, imm bool) Request {
-	return request(C.ucxgo_put(e.h(), buf, C.size_t(n), memh.h(), C.uint64_t(raddr), rkey.h(), boolInt(imm)))
+// Put starts ucp_put_nbx of [buf, buf+n) to raddr.
+func (e Endpoint) Put(buf unsafe.Pointer, n uintptr, memh MemHandle, raddr uint64, rkey Rkey) Request {
+	return request(C.ucxgo_put(e.h(), buf, C.size_t(n), memh.h(), C.uint64_t(raddr), rkey.h()))
 }
 
 // Get starts ucp_get_nbx of n bytes at raddr into buf.
@@ -456,7 +453,10 @@ func (e Endpoint) Atomic(op uint, size uintptr, operand, reply unsafe.Pointer, r
 	return request(C.ucxgo_atomic(e.h(), C.unsigned(op), C.unsigned(size), C.uintptr_t(uintptr(operand)), C.uintptr_t(uintptr(reply)), C.uint64_t(raddr), rkey.h()))
 }
 
-// TagSend starts ucp_tag_send_nbx of n bytes at buf with tag.
+// TagSend starts ucp_tag_send_nbx of n bytes at buf with tag. With imm
+// (here and in AMSend) it asks UCX to complete within the call or refuse
+// with UCS_ERR_NO_RESOURCE having kept nothing of buf
+// (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL).
 func (e Endpoint) TagSend(tag uint64, buf unsafe.Pointer, n uintptr, memh MemHandle, imm bool) Request {
 	return request(C.ucxgo_tag_send(e.h(), C.uint64_t(tag), buf, C.size_t(n), memh.h(), boolInt(imm)))
 }
@@ -475,8 +475,8 @@ func (w Worker) TagProbe(tag, mask uint64) (ok bool, length, sender uint64) {
 }
 
 // StreamSend starts ucp_stream_send_nbx of n bytes at buf.
-func (e Endpoint) StreamSend(buf unsafe.Pointer, n uintptr, memh MemHandle, imm bool) Request {
-	return request(C.ucxgo_stream_send(e.h(), buf, C.size_t(n), memh.h(), boolInt(imm)))
+func (e Endpoint) StreamSend(buf unsafe.Pointer, n uintptr, memh MemHandle) Request {
+	return request(C.ucxgo_stream_send(e.h(), buf, C.size_t(n), memh.h()))
 }
 
 // StreamRecv posts ucp_stream_recv_nbx into up to n bytes at buf (exactly

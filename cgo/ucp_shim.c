@@ -884,12 +884,11 @@ void ucxgo_sysv_detach(void *addr)
 /* ---- RMA ---------------------------------------------------------------- */
 
 ucs_status_ptr_t ucxgo_put(uintptr_t eh, const void *buf, size_t len,
-                           uintptr_t memh, uint64_t raddr, uintptr_t rkey, int imm)
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey)
 {
     ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
     ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
-    ucxgo_request_imm(&param, imm);
     return ucp_put_nbx(e->ep, buf, len, raddr, (ucp_rkey_h)rkey, &param);
 }
 
@@ -944,12 +943,11 @@ int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask)
 }
 
 ucs_status_ptr_t ucxgo_stream_send(uintptr_t eh, const void *buf, size_t len,
-                                   uintptr_t memh, int imm)
+                                   uintptr_t memh)
 {
     ucxgo_ep_t *e = (ucxgo_ep_t *)eh;
     ucp_request_param_t param;
     ucxgo_request_param(&param, e->worker, (ucp_mem_h)memh);
-    ucxgo_request_imm(&param, imm);
     return ucp_stream_send_nbx(e->ep, buf, len, &param);
 }
 

@@ -611,12 +611,12 @@ func (e *engine) rkeyReader(ep cgo.Endpoint, key []byte) (marker uint64, mapped 
 
 // ---- The data path (rma.go, atomic.go, tag.go, stream.go) ----
 
-// rma starts a put (or a get) of n bytes at p on ep; imm: see sendGo.
-func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey cgo.Rkey, imm bool) cgo.Request {
+// rma starts a put (or a get) of n bytes at p on ep.
+func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey cgo.Rkey) cgo.Request {
 	e.ucx.Lock()
 	var r cgo.Request
 	if put {
-		r = ep.Put(p, uintptr(n), memh, raddr, rkey, imm)
+		r = ep.Put(p, uintptr(n), memh, raddr, rkey)
 	} else {
 		r = ep.Get(p, uintptr(n), memh, raddr, rkey)
 	}
@@ -697,11 +697,10 @@ func (e *engine) tagProbe(tag, mask Tag) (ok bool, length, sender uint64) {
 	return ok, length, sender
 }
 
-// streamSend starts a send of n bytes at p on ep's stream; imm: see
-// sendGo.
-func (e *engine) streamSend(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle, imm bool) cgo.Request {
+// streamSend starts a send of n bytes at p on ep's stream.
+func (e *engine) streamSend(ep cgo.Endpoint, p unsafe.Pointer, n int, memh cgo.MemHandle) cgo.Request {
 	e.ucx.Lock()
-	r := ep.StreamSend(p, uintptr(n), memh, imm)
+	r := ep.StreamSend(p, uintptr(n), memh)
 	e.ucx.Unlock()
 	return r
 }

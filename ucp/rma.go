@@ -16,8 +16,8 @@ import (
 // GetMem, SendAMMem, ReceiveIntoMem) pass the mapping's memh to UCX
 // (UCP_OP_ATTR_FIELD_MEMH, the only way to use imported memory locally) and
 // allocate nothing; the []byte forms pin the slice for the life of the
-// operation (a short send or put that UCX completes within the call is not
-// pinned: sendGo). RMA is reached through a RemoteRegion only (the remote
+// operation (a short tagged or active-message send that UCX completes
+// within the call is not pinned: sendGo). RMA is reached through a RemoteRegion only (the remote
 // address and key travel together); the endpoint's raw calls below are the
 // layer under it.
 
@@ -119,35 +119,32 @@ func (ep *Endpoint) rmaMem(op string, put bool, r MemRange, raddr uint64, rkey *
 		return Request{}, err
 	}
 	defer r.m.res.Exit()
-	return ep.rma(op, put, p, r.n, r.m.res.State.h, raddr, rkey, nil, &r.m.res, false)
+	return ep.rma(op, put, p, r.n, r.m.res.State.h, raddr, rkey, nil, &r.m.res)
 }
 
-// rmaBytes is a put or get of b at raddr; b is pinned until it completes
-// (a short put that UCX completes at once is not: see sendGo).
+// rmaBytes is a put or get of b at raddr; b is pinned until it completes.
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
-	if !put {
-		p, pin := pinBytes(b)
-		req, err := ep.rma(op, false, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil, false)
-		if err != nil && pin != nil {
-			unpin(pin)
-		}
-		return req, err
+	p, pin := pinBytes(b)
+	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
+	if err != nil && pin != nil {
+		unpin(pin)
 	}
-	return sendGo(b, func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error) {
-		return ep.rma(op, true, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil, imm)
-	})
+	return req, err
 }
 
-// immMax is the longest Go buffer that a send or put first offers UCX to
-// complete within the call (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): UCX then
-// either copies it out before returning or refuses with
-// UCS_ERR_NO_RESOURCE having kept nothing of it (and made no request:
-// tag_send.c, stream_send.c, ucp_am.c and rma_send.c, 1.16 to 1.22), so the
-// buffer needs no pin. Pinning (a runtime record per buffer, set and
-// cleared) cost more than the rest of a short send. UCX completes within
-// the call what fits one short message: about 100 bytes on shared memory,
-// more on tcp; a refused buffer costs one more crossing, and is pinned and
-// sent again.
+// immMax is the longest Go buffer that a tagged or active-message send
+// first offers UCX to complete within the call
+// (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): UCX then either copies it out before
+// returning or refuses with UCS_ERR_NO_RESOURCE having kept nothing of it
+// and made no request (ucp_tag_send_nbx and ucp_am_send_nbx look at the
+// flag before choosing a protocol, 1.16 to 1.22), so the buffer needs no
+// pin. Pinning (a runtime record per buffer, set and cleared) cost more
+// than the rest of a short send. UCX completes within the call what fits
+// one short message: about 100 bytes on shared memory, more on tcp; a
+// refused buffer costs one more crossing, and is pinned and sent again.
+// Streams and puts are not offered: with protocol selection v2 their
+// calls ignore the flag (stream_send.c on 1.16 to 1.22, rma_send.c on
+// 1.16 and 1.17) and keep the buffer in a request.
 const immMax = 1024
 
 // errNotImmediate is start's answer when UCX refused to complete an imm
@@ -173,11 +170,22 @@ func sendGo(b []byte, start func(p unsafe.Pointer, pin *runtime.Pinner, imm bool
 }
 
 // refusedImmediate reports whether r is UCX's refusal of an imm operation.
-func refusedImmediate(imm bool, r cgo.Request) bool {
-	return imm && r.P == nil && ucs.Status(r.St) == ucs.ErrNoResource
+// An imm operation that UCX kept all the same (a release that ignores the
+// flag) has its buffer pinned at once, into *pin: the caller's frame holds
+// the buffer meanwhile, and Go does not move heap memory.
+func refusedImmediate(imm bool, r cgo.Request, p unsafe.Pointer, pin **runtime.Pinner) bool {
+	switch {
+	case !imm:
+		return false
+	case r.P != nil:
+		*pin = getPinner()
+		(*pin).Pin(p)
+		return false
+	}
+	return ucs.Status(r.St) == ucs.ErrNoResource
 }
 
-func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent, imm bool) (Request, error) {
+func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.MemHandle, raddr uint64, rkey *RemoteKey, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	if rkey == nil {
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "nil remote key")
 	}
@@ -197,10 +205,7 @@ func (ep *Endpoint) rma(op string, put bool, p unsafe.Pointer, n int, memh cgo.M
 		// applies them to this one unchecked.
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "the remote key was unpacked on another endpoint")
 	}
-	r := ep.w.rma(ep.c, put, p, n, memh, raddr, rkey.res.State.c, imm)
-	if refusedImmediate(imm, r) {
-		return Request{}, errNotImmediate
-	}
+	r := ep.w.rma(ep.c, put, p, n, memh, raddr, rkey.res.State.c)
 	req := newRequest(ep.w, r, op, pin, mem, rkey.res)
 	if r.P != nil {
 		req.p.fl.ops = ep.res.State.ops
@@ -250,7 +255,7 @@ func (ep *Endpoint) sendAM(id AMID, header []byte, p unsafe.Pointer, n int, memh
 	}
 	// The header goes to C from the worker's own buffer (amSend).
 	r := ep.w.amSend(ep.c, id, header, p, n, memh, flags, imm)
-	if refusedImmediate(imm, r) {
+	if refusedImmediate(imm, r, p, &pin) {
 		return Request{}, errNotImmediate
 	}
 	req := newRequest(ep.w, r, op, pin, mem)

@@ -28,9 +28,12 @@ func (ep *Endpoint) checkStream(op string) error {
 // SendStream sends data on the endpoint's stream; data is pinned until the
 // request completes and must not change before it does.
 func (ep *Endpoint) SendStream(data []byte) (Request, error) {
-	return sendGo(data, func(p unsafe.Pointer, pin *runtime.Pinner, imm bool) (Request, error) {
-		return ep.sendStream(p, len(data), cgo.MemHandle{}, pin, nil, imm)
-	})
+	p, pin := pinBytes(data)
+	req, err := ep.sendStream(p, len(data), cgo.MemHandle{}, pin, nil)
+	if err != nil && pin != nil {
+		unpin(pin)
+	}
+	return req, err
 }
 
 // SendStreamMem sends the range src on the endpoint's stream.
@@ -41,10 +44,10 @@ func (ep *Endpoint) SendStreamMem(src MemRange) (Request, error) {
 		return Request{}, err
 	}
 	defer src.m.res.Exit()
-	return ep.sendStream(p, src.n, src.m.res.State.h, nil, &src.m.res, false)
+	return ep.sendStream(p, src.n, src.m.res.State.h, nil, &src.m.res)
 }
 
-func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent, imm bool) (Request, error) {
+func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin *runtime.Pinner, mem handle.Parent) (Request, error) {
 	const op = "ucp: send on stream"
 	if err := ep.enter(op); err != nil {
 		return Request{}, err
@@ -59,10 +62,7 @@ func (ep *Endpoint) sendStream(p unsafe.Pointer, n int, memh cgo.MemHandle, pin 
 		// receiving process.
 		return Request{}, errs.New(op, ucs.ErrInvalidParam, "a stream send needs at least one byte (UCX aborts the receiver on an empty one)")
 	}
-	r := ep.w.streamSend(ep.c, p, n, memh, imm)
-	if refusedImmediate(imm, r) {
-		return Request{}, errNotImmediate
-	}
+	r := ep.w.streamSend(ep.c, p, n, memh)
 	return newRequest(ep.w, r, op, pin, mem), nil
 }
 

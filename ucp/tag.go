@@ -57,7 +57,7 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 		return Request{}, err
 	}
 	r := ep.w.tagSend(ep.c, tag, p, n, memh, imm)
-	if refusedImmediate(imm, r) {
+	if refusedImmediate(imm, r, p, &pin) {
 		return Request{}, errNotImmediate
 	}
 	return newRequest(ep.w, r, op, pin, mem), nil

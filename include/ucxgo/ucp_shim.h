@@ -163,12 +163,11 @@ int ucxgo_sysv_marked_segment(uint64_t marker, void **addr);
 void ucxgo_sysv_detach(void *addr);
 
 /* data path: NULL (done), an error pointer, or a request (ucxgo_req_t).
- * imm (sends and puts) asks UCX to complete within the call or refuse with
- * UCS_ERR_NO_RESOURCE having kept nothing (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL):
- * Go then passes its buffer unpinned. */
+ * imm (tagged and active-message sends) asks UCX to complete within the
+ * call or refuse with UCS_ERR_NO_RESOURCE having kept nothing
+ * (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): Go then passes its buffer unpinned. */
 ucs_status_ptr_t ucxgo_put(uintptr_t ep, const void *buf, size_t len,
-                           uintptr_t memh, uint64_t raddr, uintptr_t rkey,
-                           int imm);
+                           uintptr_t memh, uint64_t raddr, uintptr_t rkey);
 ucs_status_ptr_t ucxgo_get(uintptr_t ep, void *buf, size_t len,
                            uintptr_t memh, uint64_t raddr, uintptr_t rkey);
 /* ucp_atomic_op_nbx of one size-byte word (4 or 8) at raddr: operand is the
@@ -193,7 +192,7 @@ int ucxgo_tag_probe(ucxgo_worker_t *w, uint64_t tag, uint64_t mask);
 /* Streams: a send; a receive of up to len bytes (all of them with
  * waitall), w->imm_len set when it completes at once. */
 ucs_status_ptr_t ucxgo_stream_send(uintptr_t ep, const void *buf, size_t len,
-                                   uintptr_t memh, int imm);
+                                   uintptr_t memh);
 ucs_status_ptr_t ucxgo_stream_recv(uintptr_t ep, void *buf, size_t len,
                                    uintptr_t memh, int waitall);
 /* ucp_request_cancel of a request in flight. */
