@@ -285,6 +285,9 @@ func (e Endpoint) Handle() unsafe.Pointer { return unsafe.Pointer(e.p.ep) }
 // (not a cgo call).
 func (e Endpoint) Error() Status { return Status(e.p.error) }
 
+// IsZero reports whether e is no endpoint (a state that let go of it).
+func (e Endpoint) IsZero() bool { return e.p == nil }
+
 // ConnectWorker creates an endpoint to a worker address.
 func (w Worker) ConnectWorker(addr []byte, peerErr bool) (Endpoint, Status) {
 	var e Endpoint

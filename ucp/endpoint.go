@@ -382,13 +382,11 @@ func closeFlush(ctx context.Context, s *endpointState) error {
 // worker.
 func closeUCX(ctx context.Context, s *endpointState, force bool) (peer cgo.Status, err error) {
 	w := s.w
-	r, force := w.closeEndpointUCX(s.c, force)
-	// The state lets go of the endpoint: a later use of s.c is a nil
-	// dereference, not a read of what Free releases. What runs once the
-	// close completes closes over a copy, not s: a close left to the
-	// worker must not keep s.w reachable.
-	c := s.c
-	s.c = cgo.Endpoint{}
+	// The state lets go of the endpoint (under the worker's lock): a later
+	// use of s.c is a nil dereference, not a read of what Free releases.
+	// What runs once the close completes closes over c, not s: a close
+	// left to the worker must not keep s.w reachable.
+	c, r, force := w.closeEndpointUCX(s, force)
 	if r.P == nil {
 		peer = c.Error()
 		c.Free()

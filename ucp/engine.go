@@ -80,6 +80,26 @@ import (
 // after the wait (Worker.Close); AcceptRequest holds its listener by a
 // reference across its wait, not entered.
 
+// # What the worker's lock guards
+//
+// Besides serializing the calls, the lock guards the C lifetime of two of
+// the worker's children, so that the atomics (engine.atomicOp) need not
+// enter their endpoint and remote key (two lock pairs of internal/handle,
+// which cost an atomic more than the crossing did):
+//   - an endpoint's UCX endpoint is closed only under it, by
+//     closeEndpointUCX, which zeroes the state's copy (endpointState.c) in
+//     the same critical section; a non-zero endpointState.c read under the
+//     lock is an open endpoint whose record is not freed (Free comes after
+//     the close);
+//   - a remote key's Close marks its state retired under it (retireKey)
+//     before the owner's reference goes; a key not retired under the lock
+//     still holds that reference, so its C key lives, and a reference
+//     taken there for a request in flight (on the key, and through it on
+//     the worker) cannot revive a released key. A key collected without
+//     Close is unreachable, so no atomic holds it.
+//
+// Every other operation enters its handles as internal/handle says.
+
 // engine is one UCX worker's machinery: the worker, the lock that
 // serializes every UCX call on it, the sleep on its event fd, the requests
 // handed to it (abandoned), the rendezvous data it holds, and its drain.
@@ -534,16 +554,19 @@ func (w *Worker) createEndpoint(ep *Endpoint, how endpointCreate) cgo.Status {
 	return 0
 }
 
-// closeEndpointUCX unregisters c and starts its close, with force if asked
-// or if UCX reported it failed (forced then says so).
-func (w *Worker) closeEndpointUCX(c cgo.Endpoint, force bool) (r cgo.Request, forced bool) {
+// closeEndpointUCX unregisters s's endpoint c and starts its close, with
+// force if asked or if UCX reported it failed (forced then says so); s
+// lets go of c under the lock (see "What the worker's lock guards").
+func (w *Worker) closeEndpointUCX(s *endpointState, force bool) (c cgo.Endpoint, r cgo.Request, forced bool) {
 	e := w.engine
 	e.ucx.Lock()
+	c = s.c
 	delete(w.eps, c.Handle())
 	forced = force || c.Error() != 0
 	r = c.Close(forced)
+	s.c = cgo.Endpoint{}
 	e.ucx.Unlock()
-	return r, forced
+	return c, r, forced
 }
 
 // flushEndpoint starts a flush of c.
@@ -594,6 +617,14 @@ func (e *engine) unpackRkey(ep cgo.Endpoint, packed []byte) (cgo.Rkey, cgo.Statu
 	return k, st
 }
 
+// retireKey marks a remote key closed under the lock, before its owner's
+// reference goes (see "What the worker's lock guards").
+func (e *engine) retireKey(s *rkeyState) {
+	e.ucx.Lock()
+	s.retired = true
+	e.ucx.Unlock()
+}
+
 // destroyRkey destroys k.
 func (e *engine) destroyRkey(k *cgo.Rkey) {
 	e.ucx.Lock()
@@ -624,12 +655,26 @@ func (e *engine) rma(ep cgo.Endpoint, put bool, p unsafe.Pointer, n int, memh cg
 	return r
 }
 
-// atomicOp starts an atomic on ep with operand v (and swap for a
-// compare-and-swap, in the reply word) in a free slot: c.P nil, it
-// completed at once, the slot is free again and a fetch's old value is
-// old; in flight, the caller owns s until UCX is done with it (putSlot).
-func (e *engine) atomicOp(ep cgo.Endpoint, code uint, size int, v, swap uint64, fetch bool, raddr uint64, rkey cgo.Rkey) (c cgo.Request, old uint64, s *amoSlot) {
+// atomicOp starts an atomic on the endpoint of eps with the key of k, both
+// checked under the lock instead of entered by the caller (see "What the
+// worker's lock guards"): closed, one of them is closed; failed, the
+// endpoint's failure. The operand v (and swap for a compare-and-swap, in
+// the reply word) go in a free slot: c.P nil, it completed at once, the
+// slot is free again and a fetch's old value is old; in flight, the
+// references of its request on the worker and on k are taken here (see
+// heldRequest), and the caller owns s until UCX is done with it (putSlot).
+func (e *engine) atomicOp(eps *endpointState, k *handle.Resource[rkeyState], code uint, size int, v, swap uint64, fetch bool, raddr uint64) (c cgo.Request, old uint64, s *amoSlot, closed bool, failed cgo.Status) {
 	e.ucx.Lock()
+	ep := eps.c
+	switch {
+	case ep.IsZero() || k.State.retired:
+		e.ucx.Unlock()
+		return c, 0, nil, true, 0
+	case ep.Error() != 0:
+		failed = ep.Error()
+		e.ucx.Unlock()
+		return c, 0, nil, false, failed
+	}
 	s = e.getSlotLocked()
 	setWord(s.operand(), size, v)
 	var reply unsafe.Pointer
@@ -637,16 +682,21 @@ func (e *engine) atomicOp(ep cgo.Endpoint, code uint, size int, v, swap uint64, 
 		reply = s.reply()
 		setWord(reply, size, swap)
 	}
-	c = ep.Atomic(code, uintptr(size), s.operand(), reply, raddr, rkey)
+	c = ep.Atomic(code, uintptr(size), s.operand(), reply, raddr, k.State.c)
 	if c.P == nil {
 		if fetch && c.St == 0 {
 			old = word(reply, size)
 		}
 		e.slots = append(e.slots, s) // UCX holds nothing of it
 		s = nil
+	} else {
+		// Safe under the lock: the key is not retired, so its owner's
+		// reference holds, and with it the key's on the worker.
+		k.State.w.Ref()
+		k.Ref()
 	}
 	e.ucx.Unlock()
-	return c, old, s
+	return c, old, s, false, 0
 }
 
 // getSlotLocked takes a free atomic slot; the caller holds the lock.

@@ -454,6 +454,9 @@ type rkeyState struct {
 	w  *handle.Resource[engine]
 	ep uint64 // the endpoint it was unpacked on (Endpoint.id)
 	c  cgo.Rkey
+	// retired: Close was called; set and read under the worker's lock
+	// (engine.retireKey, engine.atomicOp).
+	retired bool
 }
 
 func releaseRkey(s *rkeyState) {
@@ -509,7 +512,7 @@ func (ep *Endpoint) UnpackRemoteKey(ctx context.Context, packed []byte) (*Remote
 		return nil, explainRkeyRefusal(err, packed)
 	}
 	rk := &RemoteKey{ep: ep}
-	rk.res = handle.New(ep.w.res, releaseRkey, rkeyState{ep.w.res, ep.id, c})
+	rk.res = handle.New(ep.w.res, releaseRkey, rkeyState{w: ep.w.res, ep: ep.id, c: c})
 	handle.Finalize(rk, (*RemoteKey).collect)
 	return rk, nil
 }
@@ -530,6 +533,9 @@ func (rk *RemoteKey) Close() error {
 	if rk == nil || rk.res == nil {
 		return nil // nothing to close: cleanup code may close what it never got
 	}
+	// Retired before the owner's reference goes: the atomics check the key
+	// under the worker's lock instead of entering it (engine.atomicOp).
+	rk.res.State.w.State.retireKey(&rk.res.State)
 	handle.CloseFinalized(rk, rk.res)
 	return nil
 }

@@ -122,12 +122,23 @@ func newRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses .
 		}
 		return completedRequest(op, ucs.Status(r.St), 0)
 	}
-	p := requestPool.Get().(*request)
-	p.w, p.op, p.fl, p.live = w, op, inflight{res: w.res, c: r, pin: pin}, true
 	w.res.Ref()
-	for i, u := range uses {
+	for _, u := range uses {
 		if u != nil {
 			u.Ref()
+		}
+	}
+	return heldRequest(w, r, op, pin, uses...)
+}
+
+// heldRequest wraps an operation in flight whose references on the worker
+// and on what it uses the caller took (an atomic takes them under the
+// worker's lock: engine.atomicOp).
+func heldRequest(w *Worker, r cgo.Request, op string, pin *runtime.Pinner, uses ...handle.Parent) Request {
+	p := requestPool.Get().(*request)
+	p.w, p.op, p.fl, p.live = w, op, inflight{res: w.res, c: r, pin: pin}, true
+	for i, u := range uses {
+		if u != nil {
 			p.fl.uses[i] = u
 		}
 	}
