@@ -444,11 +444,14 @@ const (
 	AtomicCSwap = C.UCP_ATOMIC_OP_CSWAP
 )
 
-// AllocWords returns n zeroed 8-byte words of C memory, never freed by Go
-// (Atomic's operand and reply must be such memory):
-// the operand and reply of atomics, which UCX may touch until they
-// complete, without pinning Go memory for each.
+// AllocWords returns n zeroed 8-byte words of C memory, which the
+// collector never frees (FreeWords does): memory UCX may touch until an
+// operation completes (atomics' operands and replies, short receives'
+// landing), without pinning Go memory for each.
 func AllocWords(n int) unsafe.Pointer { return C.calloc(C.size_t(n), 8) }
+
+// FreeWords frees what AllocWords returned.
+func FreeWords(p unsafe.Pointer) { C.free(p) }
 
 // Atomic starts ucp_atomic_op_nbx of one size-byte word at raddr; operand
 // and reply (nil for a post), C memory, must stay valid until it completes.

@@ -123,6 +123,8 @@ type engine struct {
 	listeners  []cgo.Listener              // closed listeners, destroyed with the worker (see releaseListener)
 	drainUntil time.Time                   // when the drainer gives up on it
 	slots      []*amoSlot                  // free atomic slots (atomic.go), under ucx
+	landing    []unsafe.Pointer            // free landing slabs (tag.go), under ucx
+	chunks     []unsafe.Pointer            // the C memory of slots and slabs, freed with the worker
 	amHeader   []byte                      // a sent header's copy, reused under ucx (UCX copies it on send)
 }
 
@@ -136,6 +138,12 @@ func releaseWorker(e *engine) {
 		e.listeners[i].Destroy()
 	}
 	e.c.Destroy()
+	// No request holds a slot or slab: each holds a reference on the
+	// worker, whose last one is gone.
+	for _, c := range e.chunks {
+		cgo.FreeWords(c)
+	}
+	e.chunks = nil
 }
 
 // ---- Set-up (NewWorker, before the worker is shared) ----
@@ -280,9 +288,12 @@ func (e *engine) flush() cgo.Request {
 }
 
 // release frees a request UCX completed.
-func (e *engine) release(r cgo.Request) {
+func (e *engine) release(r cgo.Request, slab unsafe.Pointer) {
 	e.ucx.Lock()
 	e.c.Release(r, false)
+	if slab != nil {
+		e.landing = append(e.landing, slab)
+	}
 	e.ucx.Unlock()
 }
 
@@ -706,6 +717,7 @@ func (e *engine) getSlotLocked() *amoSlot {
 		if words == nil {
 			panic("ucp: out of C memory for atomics")
 		}
+		e.chunks = append(e.chunks, words)
 		for i := range amoChunk {
 			e.slots = append(e.slots, &amoSlot{unsafe.Add(words, 16*i)})
 		}
@@ -730,13 +742,51 @@ func (e *engine) tagSend(ep cgo.Endpoint, tag Tag, p unsafe.Pointer, n int, memh
 	return r
 }
 
-// tagRecv posts a tagged receive into n bytes at p; one that completed at
-// once reports its length and the sender's tag.
-func (e *engine) tagRecv(p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle) (r cgo.Request, length, sender uint64) {
+// tagRecv posts a tagged receive into n bytes at p, or with land into a
+// landing slab (see landingSize) that a receive completed at once copies
+// into land; one that completed at once reports its length and the
+// sender's tag. A receive in flight into a slab returns it, which goes
+// back with the request's release (release, or putLanding).
+func (e *engine) tagRecv(p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle, land []byte) (r cgo.Request, length, sender uint64, slab unsafe.Pointer) {
 	e.ucx.Lock()
+	if land != nil {
+		slab = e.getLandingLocked()
+		p, n = slab, len(land)
+	}
 	r, length, sender = e.c.TagRecv(p, uintptr(n), uint64(tag), uint64(mask), memh)
+	if slab != nil && r.P == nil {
+		if r.St == 0 {
+			copy(land, unsafe.Slice((*byte)(slab), min(int(length), n)))
+		}
+		e.landing = append(e.landing, slab)
+		slab = nil
+	}
 	e.ucx.Unlock()
-	return r, length, sender
+	return r, length, sender, slab
+}
+
+// getLandingLocked takes a free landing slab; the caller holds the lock.
+func (e *engine) getLandingLocked() unsafe.Pointer {
+	if len(e.landing) == 0 {
+		chunk := cgo.AllocWords(landingChunk * landingSize / 8)
+		if chunk == nil {
+			panic("ucp: out of C memory for receives")
+		}
+		e.chunks = append(e.chunks, chunk)
+		for i := range landingChunk {
+			e.landing = append(e.landing, unsafe.Add(chunk, i*landingSize))
+		}
+	}
+	s := e.landing[len(e.landing)-1]
+	e.landing = e.landing[:len(e.landing)-1]
+	return s
+}
+
+// putLanding gives a slab back to the free ones.
+func (e *engine) putLanding(slab unsafe.Pointer) {
+	e.ucx.Lock()
+	e.landing = append(e.landing, slab)
+	e.ucx.Unlock()
 }
 
 // tagProbe looks for a message matching tag under mask, taking nothing.

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ucxgo/ucx/cgo"
 	"github.com/ucxgo/ucx/internal/errs"
@@ -69,6 +70,11 @@ type request struct {
 	err  error
 	n    uint64
 	tag  uint64 // a tag receive's sender tag
+	// landTo is the caller's buffer of a tag receive into a landing slab
+	// (fl.landing): the slab's bytes are copied into it when the receive
+	// completes without error, unless it was handed over (cleared then:
+	// the buffer is the caller's again).
+	landTo []byte
 }
 
 // inflight is what an operation in flight holds. When the request is
@@ -85,6 +91,9 @@ type inflight struct {
 	after func()
 	// slot is an atomic post's operand, back to its pool once UCX is done.
 	slot *amoSlot
+	// landing is a short tag receive's slab (landingSize), back to its
+	// worker once UCX is done.
+	landing unsafe.Pointer
 }
 
 // completedOK is every request that completed at once without error: such
@@ -171,6 +180,10 @@ func (fl *inflight) releaseHolds() {
 		fl.res.State.putSlot(fl.slot)
 		fl.slot = nil
 	}
+	if fl.landing != nil {
+		fl.res.State.putLanding(fl.landing)
+		fl.landing = nil
+	}
 }
 
 // detachDropped is every pooled request's finalizer: it hands over one
@@ -201,7 +214,12 @@ func (p *request) finishLocked() {
 	if fl.ops != nil {
 		fl.ops.remove(fl.c)
 	}
-	fl.res.State.release(fl.c)
+	if fl.landing != nil && p.landTo != nil && p.err == nil {
+		copy(p.landTo, unsafe.Slice((*byte)(fl.landing), min(int(p.n), len(p.landTo))))
+	}
+	p.landTo = nil
+	fl.res.State.release(fl.c, fl.landing) // the slab too, in the same critical section
+	fl.landing = nil
 	fl.releaseHolds()
 	fl.res.Release()
 	p.fl = inflight{}
@@ -400,7 +418,7 @@ func (r Request) Detach() {
 // the reference it holds, once UCX completes it.
 func (p *request) handOverLocked() {
 	fl := p.fl
-	p.fl, p.live = inflight{}, false
+	p.fl, p.live, p.landTo = inflight{}, false, nil
 	abandonTo(fl.res, fl.c, fl.ops, fl.releaseHolds)
 }
 
@@ -466,7 +484,7 @@ func (w *Worker) await(ctx context.Context, op string, r cgo.Request, after func
 		}
 	}
 	st, _ := r.Result()
-	w.release(r)
+	w.release(r, nil)
 	w.res.Release()
 	if after != nil {
 		after()

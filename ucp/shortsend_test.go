@@ -2,12 +2,16 @@ package ucp_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ucxgo/ucx/ucp"
+	"github.com/ucxgo/ucx/ucs"
 )
 
 // TestShortSendsOutpaceThePeer: a short tagged or active-message send of
@@ -100,5 +104,60 @@ func TestShortSendsOutpaceThePeer(t *testing.T) {
 				require.Equal(t, b, data, "active message %d", i)
 			}
 		})
+	}
+}
+
+// TestShortReceivesLand: a tag receive into a buffer of up to 1 KiB lands
+// in the worker's memory and is copied out; a longer one is pinned. Four
+// goroutines receive messages of every length from 1 to 1100 bytes, each
+// into a buffer longer than the message and filled with a sentinel, while
+// the peer sends them: each message arrives whole, and the bytes past its
+// length keep the sentinel. Receives whose ctx ends before their message
+// is sent are interleaved: their slabs go back, and their buffers are not
+// written.
+func TestShortReceivesLand(t *testing.T) {
+	p := newPair(t, onTLS("posix,sysv,self,tcp"), withContext(ucp.WithFeatures(tagFeatures)), viaListener(), runServer())
+	const goroutines, top = 4, 1100
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			errs <- func() error {
+				for n := 1 + g; n <= top; n += goroutines {
+					buf := bytes.Repeat([]byte{0xa5}, n+1+n%7)
+					if n%50 == 0 {
+						// Nothing has this tag: the receive is cancelled.
+						ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+						_, err := p.client.RecvTag(ctx, buf, ucp.Tag(1<<40|n), ^ucp.Tag(0))
+						cancel()
+						if !errors.Is(err, ucs.ErrTimedOut) {
+							return fmt.Errorf("receive with no message: %v", err)
+						}
+						if !bytes.Equal(buf, bytes.Repeat([]byte{0xa5}, len(buf))) {
+							return fmt.Errorf("a cancelled receive wrote its buffer")
+						}
+					}
+					info, err := p.client.RecvTag(waitCtx(t), buf, ucp.Tag(n), ^ucp.Tag(0))
+					if err != nil {
+						return err
+					}
+					want := bytes.Repeat([]byte{byte(n)}, n)
+					if info.Len != n || !bytes.Equal(buf[:n], want) {
+						return fmt.Errorf("message %d: got %d bytes %x", n, info.Len, buf[:min(info.Len, 16)])
+					}
+					if !bytes.Equal(buf[n:], bytes.Repeat([]byte{0xa5}, len(buf)-n)) {
+						return fmt.Errorf("message %d: the bytes past it were written", n)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for n := 1; n <= top; n++ {
+		req, err := p.sep.SendTag(ucp.Tag(n), bytes.Repeat([]byte{byte(n)}, n))
+		require.NoError(t, err)
+		require.NoError(t, req.Wait(waitCtx(t)))
+	}
+	for range goroutines {
+		require.NoError(t, <-errs)
 	}
 }

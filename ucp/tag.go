@@ -64,16 +64,31 @@ func (ep *Endpoint) sendTag(tag Tag, p unsafe.Pointer, n int, memh cgo.MemHandle
 }
 
 // RecvTag receives the next message whose tag matches tag under mask into
-// buf (pinned meanwhile) and returns its tag and length. When ctx ends
-// first the receive is cancelled and buf is the caller's again, except
-// that a message matched meanwhile is still returned, without error; one
-// still arriving after a further second (a large message UCX is
-// fetching) is left to the worker, buf pinned until it lands, and the
-// error says so. The receive progresses the worker while it waits.
+// buf and returns its tag and length. A buf of up to 1 KiB is received
+// into the worker's own memory and copied, and is never written after
+// RecvTag returns; a longer one is pinned meanwhile. When ctx ends first
+// the receive is cancelled and buf is the caller's again, except that a
+// message matched meanwhile is still returned, without error; one still
+// arriving after a further second (a large message UCX is fetching) is
+// left to the worker, a long buf pinned until it lands, and the error
+// says so. The receive progresses the worker while it waits.
 func (w *Worker) RecvTag(ctx context.Context, buf []byte, tag, mask Tag) (TagInfo, error) {
+	if n := len(buf); n > 0 && n <= landingSize {
+		return w.recvTag(ctx, nil, n, tag, mask, nil, nil, buf)
+	}
 	p, pin := pinBytes(buf)
-	return w.recvTag(ctx, p, len(buf), tag, mask, nil, pin)
+	return w.recvTag(ctx, p, len(buf), tag, mask, nil, pin, nil)
 }
+
+// landingSize is the longest buffer a tag receive lands in a slab of its
+// worker's C memory first (engine.tagRecv), made landingChunk at a time:
+// pinning the caller's buffer instead (a runtime record set and cleared,
+// and the pinners' lock) cost more than half of an 8-byte ping-pong's
+// round trip on shared memory.
+const (
+	landingSize  = 1024
+	landingChunk = 16
+)
 
 // RecvTagMem is RecvTag into the range dst of a mapping.
 func (w *Worker) RecvTagMem(ctx context.Context, dst MemRange, tag, mask Tag) (TagInfo, error) {
@@ -84,12 +99,13 @@ func (w *Worker) RecvTagMem(ctx context.Context, dst MemRange, tag, mask Tag) (T
 	}
 	// The mapping is left once the receive holds it (recvTag): a Close of
 	// it meanwhile must not wait for the message.
-	return w.recvTag(ctx, p, dst.n, tag, mask, dst.m, nil)
+	return w.recvTag(ctx, p, dst.n, tag, mask, dst.m, nil, nil)
 }
 
 // recvTag receives into n bytes at p: of m, entered by the caller (left
-// here, once the request holds it), or of Go memory pinned by pin.
-func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, m *Mem, pin *runtime.Pinner) (TagInfo, error) {
+// here, once the request holds it), or of Go memory pinned by pin; or,
+// with land (p nil), into a landing slab copied into land.
+func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask Tag, m *Mem, pin *runtime.Pinner, land []byte) (TagInfo, error) {
 	const op = "ucp: receive tagged message"
 	memh, mem := recvMem(m)
 	if err := w.startTagRecv(op); err != nil {
@@ -99,8 +115,8 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		}
 		return TagInfo{}, err
 	}
-	r, length, sender := w.tagRecv(p, n, tag, mask, memh)
-	if r.P == nil { // completed at once: the message was waiting
+	r, length, sender, slab := w.tagRecv(p, n, tag, mask, memh, land)
+	if r.P == nil { // completed at once: the message was waiting (copied into land)
 		leaveMem(m)
 		w.res.Exit()
 		if pin != nil {
@@ -112,6 +128,9 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		return TagInfo{Tag: Tag(sender), Len: int(length)}, nil
 	}
 	req := newRequest(w, r, op, pin, mem) // holds the mapping from here
+	if slab != nil {
+		req.p.fl.landing, req.p.landTo = slab, land
+	}
 	leaveMem(m)
 	w.res.Exit()
 	end := req.waitRecv(ctx, op)
@@ -133,6 +152,9 @@ func (w *Worker) recvTag(ctx context.Context, p unsafe.Pointer, n int, tag, mask
 		default:
 			req.Detach()
 			e.Reason = "gave up waiting; a message was matched and is still arriving: the buffer stays pinned and is written until it lands"
+			if land != nil {
+				e.Reason = "gave up waiting; a message was matched and is still arriving, and is dropped when it lands: the buffer is the caller's again"
+			}
 		}
 		return TagInfo{}, e
 	}
