@@ -185,8 +185,8 @@ gcc -O2 -Wall -o bin/twin bench/ctwin/twin.c $(pkg-config --cflags --libs ucx uc
 
 # Short operations run ITERS times; transfers and gets (which wait for the
 # target's worker) ITERS/20 times; the two-process round trips ITERS/10.
-fast='Register64K Register4M Alloc64K RkeyPack RkeyUnpack ExportAttempt ZeroExportImport UCTRegisterPack Put8Flush ProgressIdle Crossing'
-slow='Get8 FetchAdd8 TagPingPong8 Stream64K Put64K Put1M Put4M Get64K Get1M Get4M'
+fast='Register64K Register4M Alloc64K RkeyPack RkeyUnpack ExportAttempt ZeroExportImport UCTRegisterPack Put8Flush FetchAdd8 ProgressIdle Crossing'
+slow='Get8 TagPingPong8 Stream64K Put64K Put1M Put4M Get64K Get1M Get4M'
 twoproc='AMPingPong8Shm AMPingPong8TCP Put8FlushShm Put8FlushTCP Get8Shm Get8TCP'
 slow_iters=$(( iters / 20 > 10 ? iters / 20 : 10 ))
 pair_iters=$(( iters / 10 > 10 ? iters / 10 : 10 ))

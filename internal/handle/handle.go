@@ -8,7 +8,10 @@
 // reference on its parent, so a parent's C object outlives every child
 // whatever order Close is called in. Operations hold a read lock for the
 // duration of their C call, so Close waits for calls in flight and never
-// frees memory under them.
+// frees memory under them. One exception, stated where it is made
+// (ucp/engine.go, "What the worker's lock guards"): ucp's atomics check
+// their endpoint and remote key under the worker's lock, under which those
+// are closed, instead of entering them.
 //
 // A handle dropped without Close is released by the garbage collector, in
 // one of two ways, chosen per type:
