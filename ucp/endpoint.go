@@ -59,10 +59,7 @@ const (
 	// must finish before a force close or abort the process: the gets in
 	// flight on the endpoint, and the handshake of an endpoint made through
 	// a listener that no flush has completed on (docs/behaviour.md, "Known
-	// UCX issues met"). Gets the grace does not finish are forced; a
-	// handshake it does not finish is left to the worker, which force-closes
-	// the endpoint once the handshake is over or failed (or after 5 s more),
-	// and Close returns nil without waiting for that.
+	// UCX issues met"). What the grace does not finish is forced.
 	CloseForce
 )
 
@@ -344,9 +341,7 @@ func closeEndpoint(ctx context.Context, s *endpointState, mode CloseMode) error 
 		return closeFlush(ctx, s)
 	}
 	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.wiring.Load() {
-		if waitHandshakeBeforeForce(ctx, s) {
-			return nil // left to the worker
-		}
+		waitHandshakeBeforeForce(ctx, s)
 	}
 	if mode == CloseForce && ctx != nil && s.c.Error() == 0 && s.ops.getsPending() {
 		waitGetsBeforeForce(ctx, s)
@@ -514,75 +509,17 @@ func flushThenForce(ctx context.Context, s *endpointState, since uint64) error {
 }
 
 // waitHandshakeBeforeForce flushes an endpoint still in its handshake, for
-// at most forceCloseGrace and within the Close's ctx: see CloseForce. It
-// reports left: the flush did not complete in time, the state has let go of
-// the endpoint, and its force close is left to the flush's completion (the
-// handshake over, or failed), made by whoever progresses the worker, or to
-// handshakeCloseLimit, whichever comes first. A force close in the middle
-// of the handshake aborted UCX's connection manager (tcp_sockcm_ep.c:416,
-// 1.18.x) when the grace ran out under load; a handshake the peer never
-// answers must not keep the worker for good either. What the completion
-// and the timer run closes over the worker's state and the endpoint, not
-// s: a close left to the worker must not keep s.w reachable.
-func waitHandshakeBeforeForce(ctx context.Context, s *endpointState) (left bool) {
+// at most forceCloseGrace and within the Close's ctx: see CloseForce. A
+// flush that does not complete is left to the worker, and the force close
+// ends it.
+func waitHandshakeBeforeForce(ctx context.Context, s *endpointState) {
 	ctx, cancel := context.WithTimeout(ctx, forceCloseGrace)
 	defer cancel()
-	c, res := s.c, s.w.res
-	const waiting, done, handedOver, closing = 0, 1, 2, 3
-	var state atomic.Int32
-	closeLeft := func() {
-		if state.CompareAndSwap(handedOver, closing) {
-			forceCloseLeft(res, c)
-			handshakesLeft.Add(-1)
-		}
-	}
-	r := s.w.flushEndpoint(c)
-	res.Ref() // the flush's, dropped by await or by its reaper
-	err := s.w.await(ctx, "ucp: close endpoint (handshake)", r, func() {
-		if !state.CompareAndSwap(waiting, done) {
-			closeLeft() // handed over: the handshake is over now
-		}
-	})
-	switch {
-	case err == nil:
+	r := s.w.flushEndpoint(s.c)
+	s.w.res.Ref() // the flush's, dropped by await
+	if s.w.await(ctx, "ucp: close endpoint (handshake)", r, nil) == nil {
 		s.wiring.Store(false)
-		return false
-	case state.Load() == done:
-		return false // the flush failed, or completed just now: close as usual
 	}
-	// The flush is the worker's now: let go of the endpoint first, so that
-	// nothing reaches it once it is closed.
-	s.w.letGoOfEndpoint(s)
-	if !state.CompareAndSwap(waiting, handedOver) {
-		forceCloseLeft(res, c) // it completed meanwhile
-		return true
-	}
-	handshakesLeft.Add(1)
-	time.AfterFunc(handshakeCloseLimit, closeLeft)
-	return true
-}
-
-// handshakesLeft counts the endpoints left to their workers by
-// waitHandshakeBeforeForce and not force-closed yet (tests wait for them).
-var handshakesLeft atomic.Int64
-
-// handshakeCloseLimit bounds how long an endpoint left to its worker by
-// CloseForce waits for its handshake before it is force-closed all the
-// same: by then the client's side of the handshake was sent long ago, and
-// the peer is not answering.
-var handshakeCloseLimit = 5 * time.Second // a var for tests: handshake_internal_test.go
-
-// forceCloseLeft force-closes c, which its state has let go of
-// (letGoOfEndpoint), and leaves the close to the worker, which frees c
-// once UCX is done.
-func forceCloseLeft(res *handle.Resource[engine], c cgo.Endpoint) {
-	r := res.State.forceClose(c)
-	if r.P == nil {
-		c.Free()
-		return
-	}
-	res.Ref() // the close's, dropped by its reaper
-	abandonTo(res, r, nil, c.Free)
 }
 
 // waitGetsBeforeForce progresses the worker of a closed endpoint (no

@@ -580,25 +580,6 @@ func (w *Worker) closeEndpointUCX(s *endpointState, force bool) (c cgo.Endpoint,
 	return c, r, forced
 }
 
-// letGoOfEndpoint unregisters s's endpoint and lets go of it (s.c zero,
-// see "What the worker's lock guards") without closing it: its close is
-// left to the worker (waitHandshakeBeforeForce, forceClose).
-func (w *Worker) letGoOfEndpoint(s *endpointState) {
-	e := w.engine
-	e.ucx.Lock()
-	delete(w.eps, s.c.Handle())
-	s.c = cgo.Endpoint{}
-	e.ucx.Unlock()
-}
-
-// forceClose starts the force close of an endpoint let go of.
-func (e *engine) forceClose(c cgo.Endpoint) cgo.Request {
-	e.ucx.Lock()
-	r := c.Close(true)
-	e.ucx.Unlock()
-	return r
-}
-
 // flushEndpoint starts a flush of c.
 func (e *engine) flushEndpoint(c cgo.Endpoint) cgo.Request {
 	e.ucx.Lock()
