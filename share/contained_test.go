@@ -108,13 +108,16 @@ func (h *hostile) bind(addr string) {
 	// This test process may hold other sockets with the data path (an
 	// intruder's, played in the same process): the data ports are those
 	// of this endpoint's worker only, as an importer's data path, a
-	// process of its own, reports them. Its ports are the ones new from
-	// here: its listening ports, and its connections' ports.
+	// process of its own, reports them. Its connections are the ones new
+	// from here, told by both ends: a new connection may share its local
+	// port with an older one to another peer (Linux reuses an ephemeral
+	// port for a different destination), and a report that left it out
+	// had the data path cut it (once in a CI stress run).
 	dp := dataPathListeningOn(t, h.port)
 	before := map[string]bool{}
 	for _, s := range tcpSockets(t, os.Getpid()) {
-		_, local, _ := strings.Cut(strings.Fields(s)[0], ":")
-		before[local] = true
+		f := strings.Fields(s)
+		before[f[0]+" "+f[1]] = true
 	}
 	var err error
 	h.openUCX()
@@ -140,7 +143,7 @@ func (h *hostile) bind(addr string) {
 		f := strings.Fields(s)
 		_, local, _ := strings.Cut(f[0], ":")
 		_, remote, _ := strings.Cut(f[1], ":")
-		if f[2] == "01" && theirs[remote] && !before[local] {
+		if f[2] == "01" && theirs[remote] && !before[f[0]+" "+f[1]] {
 			p, _ := strconv.ParseUint(local, 16, 16)
 			ports = binary.LittleEndian.AppendUint16(ports, uint16(p))
 			n++
