@@ -743,10 +743,10 @@ func (e *engine) tagSend(ep cgo.Endpoint, tag Tag, p unsafe.Pointer, n int, memh
 }
 
 // tagRecv posts a tagged receive into n bytes at p, or with land into a
-// landing slab (see landingSize) that a receive completed at once copies
-// into land; one that completed at once reports its length and the
-// sender's tag. A receive in flight into a slab returns it, which goes
-// back with the request's release (release, or putLanding).
+// landing slab, a piece of the worker's C memory that a receive completed
+// at once copies into land; one that completed at once reports its length
+// and the sender's tag. A receive in flight into a slab returns it, which
+// goes back with the request's release.
 func (e *engine) tagRecv(p unsafe.Pointer, n int, tag, mask Tag, memh cgo.MemHandle, land []byte) (r cgo.Request, length, sender uint64, slab unsafe.Pointer) {
 	e.ucx.Lock()
 	if land != nil {
