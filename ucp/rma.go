@@ -124,8 +124,17 @@ func (ep *Endpoint) rmaMem(op string, put bool, r MemRange, raddr uint64, rkey *
 
 // rmaBytes is a put or get of b at raddr; b is pinned until it completes.
 func (ep *Endpoint) rmaBytes(op string, put bool, b []byte, raddr uint64, rkey *RemoteKey) (Request, error) {
+	return pinnedGo(b, func(p unsafe.Pointer, pin *runtime.Pinner) (Request, error) {
+		return ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
+	})
+}
+
+// pinnedGo starts an operation on the Go bytes b pinned until it
+// completes; start gets b's data and the pinner (nil for no bytes), which
+// is let go of if start fails.
+func pinnedGo(b []byte, start func(p unsafe.Pointer, pin *runtime.Pinner) (Request, error)) (Request, error) {
 	p, pin := pinBytes(b)
-	req, err := ep.rma(op, put, p, len(b), cgo.MemHandle{}, raddr, rkey, pin, nil)
+	req, err := start(p, pin)
 	if err != nil && pin != nil {
 		unpin(pin)
 	}
@@ -161,12 +170,9 @@ func sendGo(b []byte, start func(p unsafe.Pointer, pin *runtime.Pinner, imm bool
 			return req, err
 		}
 	}
-	p, pin := pinBytes(b)
-	req, err := start(p, pin, false)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return pinnedGo(b, func(p unsafe.Pointer, pin *runtime.Pinner) (Request, error) {
+		return start(p, pin, false)
+	})
 }
 
 // refusedImmediate reports whether r is UCX's refusal of an imm operation.

@@ -28,12 +28,9 @@ func (ep *Endpoint) checkStream(op string) error {
 // SendStream sends data on the endpoint's stream; data is pinned until the
 // request completes and must not change before it does.
 func (ep *Endpoint) SendStream(data []byte) (Request, error) {
-	p, pin := pinBytes(data)
-	req, err := ep.sendStream(p, len(data), cgo.MemHandle{}, pin, nil)
-	if err != nil && pin != nil {
-		unpin(pin)
-	}
-	return req, err
+	return pinnedGo(data, func(p unsafe.Pointer, pin *runtime.Pinner) (Request, error) {
+		return ep.sendStream(p, len(data), cgo.MemHandle{}, pin, nil)
+	})
 }
 
 // SendStreamMem sends the range src on the endpoint's stream.
